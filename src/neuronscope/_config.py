@@ -1,0 +1,57 @@
+"""Process-wide settings, set with :func:`neuronscope.configure` or ``NEURONSCOPE_*`` variables."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = ["Settings", "current", "update"]
+
+DEFAULT_OUTPUT_DIR = "neuronscope-runs"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool = True
+    output_dir: Path | None = None  #: None: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs, read per run
+    max_pending: int = 4
+
+    def resolved_output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
+        if override is not None:
+            return Path(override)
+        if self.output_dir is not None:
+            return self.output_dir
+        return Path(os.environ.get("NEURONSCOPE_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR)
+
+
+_lock = threading.Lock()
+_settings = Settings(enabled=not _env_flag("NEURONSCOPE_DISABLED"))
+
+
+def current() -> Settings:
+    return _settings
+
+
+def update(**changes: Any) -> Settings:
+    global _settings
+    unknown = set(changes) - set(Settings.__dataclass_fields__)
+    if unknown:
+        raise ConfigurationError(f"unknown setting(s): {sorted(unknown)}")
+    if "output_dir" in changes and changes["output_dir"] is not None:
+        changes["output_dir"] = Path(changes["output_dir"])
+    with _lock:
+        _settings = replace(_settings, **changes)
+        return _settings
+
+
+def is_enabled() -> bool:
+    return _settings.enabled

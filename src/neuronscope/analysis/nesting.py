@@ -1,0 +1,87 @@
+"""Who-contains-whom for CPU events, computed without a per-event Python loop.
+
+torch builds the op tree with a per-thread stack over ``FunctionEvent`` objects. We get the
+same parent for every event from sorted int64 columns:
+
+* sort each thread's events by (start, -end), as torch does;
+* depth(i) = number of earlier events of the thread still open when i starts
+  (= i's thread-local position minus the earlier events that ended by then);
+* parent(i) = the last earlier event at depth(i) - 1 — with properly nested intervals that
+  is exactly the innermost enclosing one.
+
+Partially overlapping intervals on one thread (never produced by the dispatcher for
+synchronous ops) would be attributed slightly differently from torch; everything else,
+including zero-length events and events that touch end-to-start, matches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Nesting", "nest"]
+
+# Thread index and relative time share one int64 sort key: 2**44 ns ≈ 4.9 h of profile per
+# thread, up to 2**19 distinct threads.
+_TIME_BITS = 44
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """Result of :func:`nest`, all tensors aligned with the ``order`` passed back."""
+
+    order: torch.Tensor  #: positions into the input columns, sorted by (thread, start, -end)
+    parent: torch.Tensor  #: parent as a position into ``order`` (-1 for roots)
+    depth: torch.Tensor
+
+
+def nest(thread: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> Nesting:
+    """Compute parent and depth of each interval, per thread."""
+    n = int(start.numel())
+    if n == 0:
+        empty = torch.empty(0, dtype=torch.int64)
+        return Nesting(empty, empty, empty)
+    _, dense_thread = torch.unique(thread, return_inverse=True)
+    t0 = int(start.min())
+    rel_start = start - t0
+    rel_end = end - t0
+    if int(rel_end.max()) >= 1 << _TIME_BITS:
+        raise ValueError("a single profile longer than 4.9 hours is not supported")
+
+    # Sort by (thread, start, -end) with two stable sorts.
+    order = torch.sort(-rel_end, stable=True).indices
+    thread_base = dense_thread << _TIME_BITS
+    key_start = (thread_base + rel_start)[order]
+    order = order[torch.sort(key_start, stable=True).indices]
+    key_start = (thread_base + rel_start)[order]
+    key_end_sorted = torch.sort((thread_base + rel_end)[order]).values
+    t_sorted = thread_base[order]
+    s_sorted = rel_start[order]
+    e_sorted = rel_end[order]
+
+    pos = torch.arange(n, dtype=torch.int64)
+    first_of_thread = torch.searchsorted(key_start, t_sorted)  # key_start of a thread starts at t<<bits
+    local = pos - first_of_thread
+    ended_by_start = torch.searchsorted(key_end_sorted, key_start, right=True) - first_of_thread
+    # Zero-length events at the same instant sort after i and "end" by i's start without
+    # preceding it; they must not be subtracted.
+    zero = s_sorted == e_sorted
+    zero_keys = key_start[zero]
+    zero_at_start = torch.searchsorted(zero_keys, key_start, right=True) - torch.searchsorted(zero_keys, key_start)
+    last_same_start = torch.searchsorted(key_start, key_start, right=True) - 1
+    zero_after = torch.where(zero, last_same_start - pos + 1, zero_at_start)
+    depth = (local - (ended_by_start - zero_after)).clamp_(min=0)
+
+    # parent = last earlier position with depth - 1 (searching keys depth * n + pos).
+    depth_key, depth_order = torch.sort(depth * n + pos)
+    query = (depth - 1) * n + pos
+    hit = torch.searchsorted(depth_key, query) - 1
+    hit_ok = (depth > 0) & (hit >= 0)
+    hit = hit.clamp(min=0)
+    cand = depth_order[hit]
+    parent = torch.where(hit_ok & (depth[cand] == depth - 1), cand, torch.full_like(pos, -1))
+    # Guard against malformed (partially overlapping) input: a parent must be on the same thread.
+    parent = torch.where((parent >= 0) & (t_sorted[parent.clamp(min=0)] != t_sorted), -1, parent)
+    depth = torch.where(parent < 0, 0, depth)
+    return Nesting(order=order, parent=parent, depth=depth)

@@ -1,0 +1,1 @@
+"""Capture: wrapping user code in torch.profiler with the right device activities."""

@@ -1,0 +1,36 @@
+"""CUDA: CPU + CUDA activities; kernels are linked to ops by Kineto's correlation ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from .base import DeviceBackend
+
+__all__ = ["CudaBackend"]
+
+
+class CudaBackend(DeviceBackend):
+    name = "cuda"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return bool(torch.cuda.is_available())
+
+    @classmethod
+    def install_hint(cls) -> str:
+        return (
+            f"torch {torch.__version__} sees no CUDA device. Install a CUDA build of torch "
+            "(https://pytorch.org/get-started/locally/) on a machine with an NVIDIA GPU, or use device='auto'."
+        )
+
+    def activities(self) -> list[ProfilerActivity]:
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": self.name, "device_name": torch.cuda.get_device_name(), "cuda": torch.version.cuda}

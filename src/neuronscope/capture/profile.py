@@ -1,0 +1,397 @@
+"""``profile_neuron`` and ``region``: one object that is both decorator and context manager.
+
+The calling thread only starts and stops torch.profiler (plus the device synchronize);
+reading the Kineto results, the summary, the run directory and the sinks run on the
+background worker (:mod:`neuronscope._worker`).
+
+PyTorch allows one profiler per process. A profile entered while ours is active on the
+same thread joins it as a ``record_function`` region; on another thread it runs unprofiled
+and is counted as skipped. Nothing here raises into user code once the profile has been
+validated at creation time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import wrapt
+
+from .. import _config, _stats
+from .._run import Run, RunStatus
+from .._worker import get_worker
+from ..errors import ConfigurationError
+from . import _registry
+from .devices import DeviceBackend, select_backend, validate_device
+from .devices.neuron import NeuronBackend, NeuronOptions
+from .processing import ProcessOptions, process_capture
+
+__all__ = ["ProfileNeuron", "profile_neuron"]
+
+log = logging.getLogger("neuronscope")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ProfileNeuron:
+    """A configured profile: use as ``with`` (yields a :class:`Run`) or as a decorator.
+
+    Create it with :func:`profile_neuron`; arguments are validated here, so a mistake fails
+    at decoration time, not on the first request.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        device: str = "auto",
+        output_dir: str | os.PathLike[str] | None = None,
+        save_trace: bool | None = None,
+        schedule: Callable[[int], Any] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        neuron: NeuronOptions | None = None,
+    ) -> None:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ConfigurationError(f"profile_neuron(name={name!r}): name must be a non-empty string")
+        self.device = validate_device(device)
+        if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
+            raise ConfigurationError(f"profile_neuron(output_dir={output_dir!r}): use a path (str or os.PathLike)")
+        if save_trace is not None and not isinstance(save_trace, bool):
+            raise ConfigurationError(f"profile_neuron(save_trace={save_trace!r}): use True, False or None (auto)")
+        if schedule is not None and not callable(schedule):
+            raise ConfigurationError(
+                "profile_neuron(schedule=...): pass torch.profiler.schedule(wait=..., warmup=..., active=...)"
+            )
+        if neuron is not None and not isinstance(neuron, NeuronOptions):
+            raise ConfigurationError("profile_neuron(neuron=...): pass neuronscope.NeuronOptions(...)")
+        for flag, value in (
+            ("record_shapes", record_shapes),
+            ("profile_memory", profile_memory),
+            ("with_stack", with_stack),
+            ("with_flops", with_flops),
+        ):
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
+        self.name = name
+        self.output_dir = output_dir
+        self.save_trace = save_trace
+        self.schedule = schedule
+        self.torch_options = {
+            "record_shapes": record_shapes,
+            "profile_memory": profile_memory,
+            "with_stack": with_stack,
+            "with_flops": with_flops,
+        }
+        self.neuron = neuron
+        self._local = threading.local()  # per-thread stack of active captures of this object
+
+    # -- context manager -----------------------------------------------------------------
+    def __enter__(self) -> Run:
+        capture = _Capture(self, self.name or "profile", save_trace=True if self.save_trace is None else self.save_trace)
+        self._stack().append(capture)
+        return capture.begin()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        capture = self._stack().pop()
+        capture.end(exc_type, inline_if_busy=True)
+        return False
+
+    async def __aenter__(self) -> Run:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+    def _stack(self) -> list["_Capture"]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    # -- decorator -----------------------------------------------------------------------
+    def __call__(self, func: F) -> F:
+        target = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
+        if not callable(target):
+            raise TypeError(f"profile_neuron(...) decorates functions and methods, not {type(func).__name__}")
+        name = self.name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "profile")
+        save = False if self.save_trace is None else self.save_trace
+        this = self
+
+        if inspect.iscoroutinefunction(target):
+
+            @wrapt.decorator
+            async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                capture = _Capture(this, name, save_trace=save)
+                capture.begin()
+                try:
+                    result = await wrapped(*args, **kwargs)
+                except BaseException as exc:
+                    capture.end(type(exc))
+                    raise
+                capture.end(None)
+                return result
+
+            return async_wrapper(func)
+
+        @wrapt.decorator
+        def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            capture = _Capture(this, name, save_trace=save)
+            capture.begin()
+            try:
+                result = wrapped(*args, **kwargs)
+            except BaseException as exc:
+                capture.end(type(exc))
+                raise
+            capture.end(None)
+            return result
+
+        return wrapper(func)
+
+    def __repr__(self) -> str:
+        return f"<neuronscope.profile_neuron name={self.name!r} device={self.device!r}>"
+
+
+class _Capture:
+    """One attempt to profile one call. Never raises after construction."""
+
+    def __init__(self, spec: ProfileNeuron, name: str, *, save_trace: bool) -> None:
+        self.spec = spec
+        self.name = name
+        self.save_trace = save_trace
+        self.run: Run | None = None
+        self._prof: Any = None
+        self._region: Any = None
+        self._backend: DeviceBackend | None = None
+        self._run_dir: Path | None = None
+        self._windows = 0
+
+    def begin(self) -> Run:
+        if not _config.is_enabled():
+            self.run = Run(self.name, "none")
+            self.run._finish(RunStatus.SKIPPED)
+            return self.run
+        outer = _registry.try_acquire(self)
+        if outer is not _registry.ACQUIRED:
+            return self._run_unprofiled(outer)
+        try:
+            return self._start()
+        except Exception as exc:  # noqa: BLE001 - profiling must never break the user's call
+            _registry.release(self)
+            _stats.record("errors")
+            log.warning("neuronscope: could not start profiling %r (%s); running unprofiled", self.name, exc)
+            self._prof = None
+            self.run = Run(self.name, getattr(self._backend, "name", "unknown"))
+            self.run._finish(RunStatus.FAILED)
+            return self.run
+
+    def _run_unprofiled(self, outer: Any) -> Run:
+        if outer is _registry.SAME_THREAD or outer is _registry.FOREIGN:
+            # Nested inside a running profile: show up in it as a region.
+            self._region = torch.profiler.record_function(self.name)
+            self._region.__enter__()
+            self.run = Run(self.name, getattr(outer, "device", "unknown"))
+            if outer is _registry.SAME_THREAD and _registry.active_run() is not None:
+                self.run.parent = _registry.active_run()
+                self.run.device = self.run.parent.device
+                self.run.status = RunStatus.JOINED
+                _stats.record("joined")
+            else:
+                self.run._finish(RunStatus.SKIPPED)
+                _stats.record("skipped")
+        else:
+            self.run = Run(self.name, "unknown")
+            self.run._finish(RunStatus.SKIPPED)
+            _stats.record("skipped")
+        return self.run
+
+    def _start(self) -> Run:
+        spec = self.spec
+        backend = select_backend(spec.device)
+        if isinstance(backend, NeuronBackend) and spec.neuron is not None:
+            backend = NeuronBackend(spec.neuron)
+        self._backend = backend
+        self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
+        self.run.start_ns = time.time_ns()
+        self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns)
+        raw_dir = None
+        if self._run_dir is not None and backend.name == "neuron":
+            raw_dir = self._run_dir / "neuron"
+            raw_dir.mkdir(mode=0o700, exist_ok=True)
+        self._raw_dir = raw_dir
+        kwargs: dict[str, Any] = dict(spec.torch_options)
+        config = backend.experimental_config(raw_dir)
+        if config is not None:
+            kwargs["experimental_config"] = config
+        self._prof = torch.profiler.profile(
+            activities=backend.activities(),
+            schedule=spec.schedule,
+            on_trace_ready=self._on_trace_ready,
+            **kwargs,
+        )
+        self._inline_if_busy = False
+        self._prof.start()
+        _registry.set_active_run(self.run)
+        self.run.start_ns = time.time_ns()
+        return self.run
+
+    def step(self) -> None:
+        if self._prof is not None:
+            self._prof.step()
+
+    def end(self, exc_type: type[BaseException] | None, *, inline_if_busy: bool = False) -> None:
+        if self._region is not None:
+            try:
+                self._region.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                log.debug("neuronscope: leaving nested region failed", exc_info=True)
+            if self.run is not None and self.run.status == RunStatus.JOINED:
+                pass  # completes with the enclosing run
+            return
+        if self._prof is None or self.run is None:
+            return
+        run = self.run
+        run.end_ns = time.time_ns()
+        run.error = exc_type.__name__ if exc_type is not None else None
+        self._inline_if_busy = inline_if_busy
+        try:
+            try:
+                self._backend.synchronize()  # type: ignore[union-attr]
+            finally:
+                self._prof.stop()
+        except Exception as exc:  # noqa: BLE001
+            _stats.record("errors")
+            log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc)
+            if not run.done and not run.windows:
+                run._finish(RunStatus.FAILED)
+        finally:
+            _registry.release(self)
+            self._prof = None
+        if self.spec.schedule is not None and not run.done:
+            run._finish(RunStatus.COMPLETE if run.windows else RunStatus.SKIPPED)
+
+    def _on_trace_ready(self, prof: Any) -> None:
+        """torch.profiler calls this when a window (or the whole profile) is ready."""
+        try:
+            run = self.run
+            assert run is not None and self._backend is not None
+            if self.spec.schedule is not None:
+                # Each active window becomes its own Run with its own directory.
+                window = Run(self.name, run.device)
+                window.start_ns = run.start_ns
+                window.end_ns = time.time_ns()
+                window.error = None
+                run_dir = self._run_dir if self._windows == 0 else _make_run_dir(self.spec, self.name, window.start_ns)
+                self._windows += 1
+                run.windows.append(window)
+                target = window
+            else:
+                target, run_dir = run, self._run_dir
+                run.end_ns = run.end_ns or time.time_ns()
+            try:
+                self._backend.on_trace_ready(prof, self._raw_dir)
+            except Exception as exc:  # noqa: BLE001
+                target.warnings.append(f"device exporter failed: {exc!r}")
+                log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
+            options = ProcessOptions(
+                save_trace=self.save_trace,
+                backend_info=self._backend.describe(),
+                window=self._windows if self.spec.schedule is not None else None,
+            )
+            results = prof.profiler.kineto_results
+            _submit(target, results, run_dir, options, inline_if_busy=self._inline_if_busy)
+        except Exception as exc:  # noqa: BLE001
+            _stats.record("errors")
+            log.warning("neuronscope: handling the finished trace of %r failed: %s", self.name, exc)
+
+
+def _submit(run: Run, results: Any, run_dir: Path | None, options: ProcessOptions, *, inline_if_busy: bool) -> None:
+    def task() -> None:
+        process_capture(run, results, run_dir, options)
+
+    if get_worker().submit(task):
+        return
+    if inline_if_busy:
+        task()
+        return
+    _stats.record("dropped")
+    log.warning("neuronscope: background worker full; dropped the profile of %r", run.name)
+    if run_dir is not None:
+        _discard_dir(run_dir)
+    run._finish(RunStatus.DROPPED)
+
+
+def _discard_dir(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+_warned_dirs: set[str] = set()
+
+
+def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
+    """Create the run directory; on failure warn once per output dir and carry on in memory."""
+    from ..sinks.rundir import create_run_dir
+
+    output_dir = _config.current().resolved_output_dir(spec.output_dir)
+    try:
+        return create_run_dir(output_dir, name, start_ns)
+    except OSError as exc:
+        key = str(output_dir)
+        if key not in _warned_dirs:
+            _warned_dirs.add(key)
+            warnings.warn(
+                f"neuronscope: cannot write run directories under {output_dir} ({exc.strerror or exc}); "
+                "summaries stay in memory (run.summary). Set output_dir= or NEURONSCOPE_OUTPUT_DIR to a writable path.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return None
+
+
+class _ProfileNeuronFactory:
+    """``profile_neuron``: ``@profile_neuron``, ``@profile_neuron(...)`` or ``with profile_neuron(...)``."""
+
+    def __call__(self, func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        if func is None:
+            return ProfileNeuron(**options)
+        if isinstance(func, str):
+            raise TypeError(f"profile_neuron({func!r}): pass the name as a keyword: profile_neuron(name={func!r})")
+        if not (callable(func) or isinstance(func, (classmethod, staticmethod))):
+            raise TypeError(f"profile_neuron() takes a function to decorate or keyword options, not {func!r}")
+        return ProfileNeuron(**options)(func)
+
+    def __enter__(self) -> None:
+        raise TypeError("use `with neuronscope.profile_neuron():` — with brackets")
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+    def __repr__(self) -> str:
+        return "<function neuronscope.profile_neuron>"
+
+
+profile_neuron = _ProfileNeuronFactory()
+profile_neuron.__doc__ = """Profile the wrapped code with torch.profiler on the detected device.
+
+    with neuronscope.profile_neuron() as run:      # run.summary, run.path after the block
+        model(x)
+
+    @neuronscope.profile_neuron                      # bare decorator
+    @neuronscope.profile_neuron(name="infer", output_dir="runs/")   # with options
+
+Options: ``name``, ``device`` ("auto" | "neuron" | "cuda" | "cpu"), ``output_dir``,
+``save_trace`` (default: on for ``with``, off for decorators), ``schedule``
+(``torch.profiler.schedule``; advance with ``run.step()``), ``record_shapes``,
+``profile_memory``, ``with_stack``, ``with_flops``, ``neuron`` (:class:`NeuronOptions`).
+"""

@@ -1,0 +1,103 @@
+"""``region``: name a piece of code in the profile (``torch.profiler.record_function``).
+
+With no profiler running, entering a region is one flag check — cheaper than
+``record_function`` itself, which always allocates a handle.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch.autograd.profiler as _autograd_profiler
+import wrapt
+from torch.profiler import record_function
+
+from .. import _config
+
+__all__ = ["Region", "region"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _profiling() -> bool:
+    # torch sets this module-level flag in its profiler's start/stop callbacks.
+    return _autograd_profiler._is_profiler_enabled and _config._settings.enabled
+
+
+class Region:
+    """A named region; ``with`` or decorator. Reusable and thread-safe."""
+
+    def __init__(self, name: str | None = None) -> None:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError(f"region(name={name!r}): the name must be a non-empty string")
+        self.name = name
+        self._local = threading.local()
+
+    def __enter__(self) -> "Region":
+        if self.name is None:
+            raise TypeError("region() needs a name when used with `with`: `with neuronscope.region('decode'):`")
+        handle = record_function(self.name) if _profiling() else None
+        if handle is not None:
+            handle.__enter__()
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append(handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        handle = self._local.stack.pop()
+        if handle is not None:
+            handle.__exit__(None, None, None)
+        return False
+
+    def __call__(self, func: F) -> F:
+        name = self.name or getattr(func, "__qualname__", None) or getattr(func, "__name__", "region")
+        if inspect.iscoroutinefunction(func):
+
+            @wrapt.decorator
+            async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                if not _profiling():
+                    return await wrapped(*args, **kwargs)
+                with record_function(name):
+                    return await wrapped(*args, **kwargs)
+
+            return async_wrapper(func)
+
+        @wrapt.decorator
+        def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if not _profiling():
+                return wrapped(*args, **kwargs)
+            with record_function(name):
+                return wrapped(*args, **kwargs)
+
+        return wrapper(func)
+
+    def __repr__(self) -> str:
+        return f"<neuronscope.region {self.name!r}>"
+
+
+class _RegionFactory:
+    """``region("name")`` / ``@region`` / ``@region("name")``."""
+
+    def __call__(self, name_or_func: Any = None, /) -> Any:
+        if name_or_func is None or isinstance(name_or_func, str):
+            return Region(name_or_func)
+        if callable(name_or_func):
+            return Region()(name_or_func)
+        raise TypeError(f"region() takes a name or a function, not {name_or_func!r}")
+
+    def __enter__(self) -> None:
+        raise TypeError("use `with neuronscope.region('name'):` — with brackets and a name")
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover
+        return None
+
+    def __repr__(self) -> str:
+        return "<function neuronscope.region>"
+
+
+region = _RegionFactory()

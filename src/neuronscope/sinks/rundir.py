@@ -1,0 +1,150 @@
+"""The run directory: what a profile leaves on disk.
+
+``<output_dir>/<name>-<UTC time>-<pid>-<n>/``
+    ``manifest.json``  schema version, name, device, versions, wall-clock window, files, sampling
+    ``summary.json``   the Summary (``Summary.from_dict`` reads it back)
+    ``trace.json.gz``  the Kineto trace (any Kineto viewer opens it; ``load_trace`` too)
+    ``neuron/``        raw Neuron runtime files (NEFF/NTFF/...), on Neuron
+
+Directories are created user-only (0o700): traces reveal model structure.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceLoadError
+
+__all__ = ["MANIFEST_SCHEMA_VERSION", "create_run_dir", "load_run", "write_json", "write_trace"]
+
+MANIFEST_SCHEMA_VERSION = 1
+_counter = itertools.count(1)
+_counter_lock = threading.Lock()
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def run_dir_name(name: str, start_ns: int | None = None) -> str:
+    stamp = datetime.fromtimestamp((start_ns or time.time_ns()) / 1e9, tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    with _counter_lock:
+        n = next(_counter)
+    safe = _UNSAFE.sub("_", name).strip("._")[:64] or "profile"
+    return f"{safe}-{stamp}-{os.getpid()}-{n}"
+
+
+def create_run_dir(output_dir: Path, name: str, start_ns: int | None = None) -> Path:
+    """Create the run directory (and the output dir) user-only. Raises OSError when unwritable."""
+    output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = output_dir / run_dir_name(name, start_ns)
+    path.mkdir(mode=0o700)
+    return path
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8", opener=_private_opener) as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] | None = None) -> Path:
+    """Save the Kineto trace as ``trace.json.gz`` (Kineto's C++ writer, then gzip level 1)."""
+    raw = path.with_name("trace.json")
+    kineto_results.save(str(raw))
+    if extra_metadata:
+        _add_top_level_fields(raw, extra_metadata)
+    target = path.with_name("trace.json.gz")
+    with open(raw, "rb") as src, gzip.open(_private_open_binary(target), "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    raw.unlink()
+    return target
+
+
+def _add_top_level_fields(raw: Path, fields: dict[str, Any]) -> None:
+    # Kineto writes '{\n  "schemaVersion": ...'; insert our keys right after the opening brace
+    # without parsing a file that may be hundreds of MB.
+    data = raw.read_bytes()
+    brace = data.find(b"{")
+    if brace < 0:
+        return
+    extra = "".join(f"{json.dumps(k)}: {json.dumps(v, default=str)}, " for k, v in fields.items()).encode()
+    raw.write_bytes(data[: brace + 1] + extra + data[brace + 1 :])
+
+
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+def _private_open_binary(path: Path):
+    return open(path, "wb", opener=_private_opener)
+
+
+def base_manifest(**fields: Any) -> dict[str, Any]:
+    import torch
+
+    from .._version import __version__
+
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "neuronscope_version": __version__,
+        "torch_version": torch.__version__,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        **fields,
+    }
+
+
+def files_of(path: Path) -> list[dict[str, Any]]:
+    return [
+        {"path": str(p.relative_to(path)), "bytes": p.stat().st_size}
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    ]
+
+
+def load_run(path: str | os.PathLike[str]):
+    """Load a saved run directory as a completed :class:`~neuronscope.Run`."""
+    from .._run import Run, RunStatus
+    from ..analysis.summary import Summary
+
+    p = Path(path)
+    manifest_file = p / "manifest.json"
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise TraceLoadError(f"{p}: not a neuronscope run directory (no manifest.json)") from exc
+    except (OSError, ValueError) as exc:
+        raise TraceLoadError(f"{manifest_file}: unreadable manifest: {exc}") from exc
+    if not isinstance(manifest, dict) or "schema_version" not in manifest:
+        raise TraceLoadError(f"{manifest_file}: not a neuronscope manifest (no schema_version)")
+    run = Run(str(manifest.get("name", p.name)), str(manifest.get("device", "cpu")))
+    run.manifest = manifest
+    run.start_ns = int(manifest.get("start_ns", 0))
+    run.end_ns = int(manifest.get("end_ns", 0))
+    run.error = manifest.get("error")
+    run.warnings = list(manifest.get("warnings", []))
+    run._path = p
+    summary_file = p / "summary.json"
+    if summary_file.is_file():
+        try:
+            run._summary = Summary.from_json(summary_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise TraceLoadError(f"{summary_file}: unreadable summary: {exc!r}") from exc
+    elif (p / "trace.json.gz").is_file() or (p / "trace.json").is_file():
+        from ..analysis.summary import summarize
+        from ..trace.chrome import load_trace
+
+        run._trace = load_trace(p, device=run.device)
+        run._summary = summarize(run._trace)
+    run._finish(manifest.get("status", RunStatus.COMPLETE))
+    return run

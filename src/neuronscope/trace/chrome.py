@@ -1,0 +1,137 @@
+"""Load a saved Kineto trace (``trace.json`` or ``trace.json.gz``) into the trace model.
+
+Any Kineto chrome trace works: neuronscope's own run directories, TensorBoard's
+``tensorboard_trace_handler`` output, TorchNeuron's ``trace.json``, a colleague's file.
+Timestamps in the file are microseconds relative to ``baseTimeNanoseconds``; wall clock is
+``ts_us * 1000 + baseTimeNanoseconds`` (as HolisticTraceAnalysis does).
+Device work is linked to the op that launched it through the ``External id`` both carry.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceLoadError
+from .model import ACTIVITY_KINDS, FILTERED_NAMES, EventKind, Trace
+
+__all__ = ["load_trace", "parse_trace_bytes"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+try:  # orjson parses a 100 MB trace ~2x faster than the standard library
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised when the optional speed-up is absent
+    _orjson = None
+
+
+def load_trace(path: str | os.PathLike[str], *, device: str | None = None) -> Trace:
+    """Read a Kineto ``trace.json`` / ``trace.json.gz`` (or a run directory holding one).
+
+    Raises :class:`~neuronscope.TraceLoadError` naming the file when it is missing,
+    truncated, not JSON, or not a Kineto trace.
+    """
+    p = Path(path)
+    if p.is_dir():
+        candidates = [p / "trace.json.gz", p / "trace.json"]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise TraceLoadError(f"{p}: directory holds no trace.json(.gz); was the run saved with save_trace=True?")
+        p = found
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise TraceLoadError(f"{p}: cannot read trace file: {exc.strerror or exc}") from exc
+    return parse_trace_bytes(raw, source=str(p), device=device)
+
+
+def parse_trace_bytes(raw: bytes, *, source: str = "<bytes>", device: str | None = None) -> Trace:
+    """Parse the bytes of a (possibly gzipped) Kineto trace. See :func:`load_trace`."""
+    if raw[:2] == _GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceLoadError(f"{source}: corrupt or truncated gzip data: {exc}") from exc
+    if not raw.strip():
+        raise TraceLoadError(f"{source}: the trace file is empty")
+    try:
+        doc = _orjson.loads(raw) if _orjson is not None else json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise TraceLoadError(f"{source}: not valid JSON (truncated or corrupt trace?): {exc}") from exc
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceLoadError(f"{source}: not a Kineto/Chrome trace (no 'traceEvents' list at the top level)")
+    try:
+        return _trace_from_doc(doc, device)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+
+
+def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
+    base = int(doc.get("baseTimeNanoseconds") or 0)
+    names: list[str] = []
+    kinds: list[int] = []
+    start: list[int] = []
+    dur: list[int] = []
+    thread: list[int] = []
+    corr: list[int] = []
+    linked: list[int] = []
+    threads: dict[tuple[Any, Any], int] = {}
+    saw_device = False
+    other = EventKind.OTHER
+    for ev in doc["traceEvents"]:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        name = str(ev.get("name", ""))
+        kind = ACTIVITY_KINDS.get(ev.get("cat"), other)
+        if name in FILTERED_NAMES:
+            kind = other
+        args = ev.get("args") or {}
+        ext = int(args.get("External id", 0) or 0)
+        if kind in (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME):
+            saw_device = saw_device or kind == EventKind.DEVICE
+            c, link = 0, ext
+        else:
+            c, link = ext, 0
+        key = (ev.get("pid"), ev.get("tid"))
+        tid = threads.get(key)
+        if tid is None:
+            tid = threads[key] = len(threads)
+        names.append(name)
+        kinds.append(kind)
+        start.append(round(float(ev["ts"]) * 1000.0) + base)
+        dur.append(max(round(float(ev.get("dur", 0)) * 1000.0), 0))
+        thread.append(tid)
+        corr.append(c)
+        linked.append(link)
+    if device is None:
+        device = _device_of(doc, saw_device)
+    meta = {k: v for k, v in doc.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
+    return Trace.from_columns(
+        names=names,
+        kind=kinds,
+        start_ns=start,
+        duration_ns=dur,
+        thread=thread,
+        correlation_id=corr,
+        linked_correlation_id=linked,
+        device=device,
+        base_time_ns=base,
+        metadata=meta,
+    )
+
+
+def _device_of(doc: dict[str, Any], saw_device: bool) -> str:
+    """Best guess of the device a saved trace describes."""
+    declared = doc.get("neuronscope_device")
+    if isinstance(declared, str):
+        return declared
+    if not saw_device:
+        return "cpu"
+    text = json.dumps(doc.get("deviceProperties", [])).lower()
+    return "neuron" if "neuron" in text or "neuron" in str(doc.get("distributedInfo", "")).lower() else "cuda"
