@@ -64,6 +64,8 @@ class ProfileNeuron:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigurationError(f"profile_neuron(name={name!r}): name must be a non-empty string")
         self.device = validate_device(device)
+        if self.device != "auto":
+            select_backend(self.device)  # an explicitly requested device that is absent fails here
         if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
             raise ConfigurationError(f"profile_neuron(output_dir={output_dir!r}): use a path (str or os.PathLike)")
         if save_trace is not None and not isinstance(save_trace, bool):

@@ -55,8 +55,13 @@ namespace {
 // ---------------------------------------------------------------------------
 struct Settings {
   std::string layout = "session"; // "session" | "model"
+  std::string attribution = "leaf"; // "leaf" | "backend" (see OpKind)
   double deviceTimeRatio = 0.5;
   bool verbose = false;
+  // Ops whose default overload is CompositeImplicitAutograd: they decompose
+  // before reaching a backend (filled from Python, used by "backend").
+  std::shared_ptr<const std::set<std::string>> decomposing =
+      std::make_shared<const std::set<std::string>>();
 };
 std::mutex gSettingsMutex;
 Settings gSettings;
@@ -186,9 +191,20 @@ uint64_t neffId(const std::string& key) {
   return 100000000000000ull + h % 900000000000000ull;
 }
 
-// Ops that move no data on a real device (views, allocation, metadata).
-bool isNoCompute(const std::string& name) {
-  static const std::set<std::string> kNames = {
+// How an op recorded by the profiler relates to emulated device work.
+//   kContainer  not an operator (autograd nodes, user scopes, "torch::" ...)
+//   kNoCompute  moves no data on a device: views, allocation, metadata
+//   kDecomposes CompositeImplicitAutograd: never reaches the backend itself
+//   kDevice     an operator the emulated device executes as one NEFF
+// Attribution rules (Settings::attribution):
+//   "leaf"    a kDevice op with no kDevice op nested in it (views and other
+//             non-device ops do not count as nesting)
+//   "backend" the outermost kDevice op: the op at which the dispatcher
+//             reaches the backend; the ops it calls run inside its NEFF.
+enum class OpKind { kContainer, kNoCompute, kDecomposes, kDevice };
+
+OpKind classify(const std::string& name, const Settings& settings) {
+  static const std::set<std::string> kNoCompute = {
       "aten::empty", "aten::empty_strided", "aten::empty_like",
       "aten::view", "aten::_unsafe_view", "aten::reshape",
       "aten::_reshape_alias", "aten::as_strided", "aten::expand",
@@ -197,19 +213,16 @@ bool isNoCompute(const std::string& name) {
       "aten::slice", "aten::select", "aten::resize_", "aten::lift_fresh",
       "aten::result_type", "aten::set_", "aten::unbind", "aten::split",
       "aten::chunk", "aten::narrow", "aten::numpy_T", "aten::contiguous",
-      "aten::is_nonzero", "aten::_local_scalar_dense", "aten::item"};
-  return kNames.count(name) > 0;
-}
-
-// Compute ops are namespaced ops ("aten::mul", "mylib::op") other than
-// autograd / profiler bookkeeping; other records (autograd nodes, user
-// scopes) are transparent containers.
-bool isCompute(const std::string& name) {
+      "aten::is_nonzero", "aten::_local_scalar_dense", "aten::item",
+      // aten::to with nothing nested returned its input unchanged.
+      "aten::to"};
   auto pos = name.find("::");
-  if (pos == std::string::npos || pos == 0) return false;
+  if (pos == std::string::npos || pos == 0) return OpKind::kContainer;
   std::string ns = name.substr(0, pos);
-  if (ns == "autograd" || ns == "torch" || ns == "profiler") return false;
-  return !isNoCompute(name);
+  if (ns == "autograd" || ns == "torch" || ns == "profiler") return OpKind::kContainer;
+  if (kNoCompute.count(name)) return OpKind::kNoCompute;
+  if (settings.decomposing->count(name)) return OpKind::kDecomposes;
+  return OpKind::kDevice;
 }
 
 std::string timestampDirName() {
@@ -282,7 +295,10 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
     std::lock_guard<std::mutex> g(mutex_);
     if (!recording_) return;
     auto& stack = stacks_[std::this_thread::get_id()];
-    nodes_.push_back({id, stack.empty() ? -1 : static_cast<int64_t>(stack.back()), false});
+    Node n;
+    n.id = id;
+    n.parent = stack.empty() ? -1 : static_cast<int64_t>(stack.back());
+    nodes_.push_back(n);
     stack.push_back(nodes_.size() - 1);
   }
 
@@ -309,26 +325,46 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
     std::lock_guard<std::mutex> g(mutex_);
     if (!traceBuffer_) return;
 
-    // 1. Leaf compute ops. popOrder_ is post-order per thread, so children
-    //    are visited before their parent.
+    // 1. Ops that execute on the emulated device (see OpKind). popOrder_
+    //    is post-order per thread: children come before their parent.
+    for (Node& n : nodes_) {
+      n.op = getLinkedActivity(static_cast<int32_t>(n.id));
+      n.kind = (n.op && n.op->type() == ActivityType::CPU_OP)
+          ? classify(n.op->name(), settings_) : OpKind::kContainer;
+    }
+    std::unordered_map<const libkineto::ITraceActivity*, int64_t> childrenEnd;
+    for (const Node& n : nodes_) {
+      if (n.parent < 0 || !n.op || !nodes_[n.parent].op || n.op->duration() < 0) continue;
+      int64_t& e = childrenEnd[nodes_[n.parent].op];
+      e = std::max(e, n.op->timestamp() + n.op->duration());
+    }
+    bool leafRule = settings_.attribution != "backend";
     struct Leaf { const libkineto::ITraceActivity* op; };
     std::vector<Leaf> leaves;
     for (size_t idx : popOrder_) {
       Node& n = nodes_[idx];
-      const libkineto::ITraceActivity* op = getLinkedActivity(static_cast<int32_t>(n.id));
-      bool compute = op && op->type() == ActivityType::CPU_OP && isCompute(op->name());
-      if ((compute || n.computeBelow) && n.parent >= 0) {
-        nodes_[n.parent].computeBelow = true;
+      bool device = n.kind == OpKind::kDevice;
+      if ((device || n.deviceBelow) && n.parent >= 0) nodes_[n.parent].deviceBelow = true;
+      if (!device) continue;
+      if (leafRule) {
+        if (!n.deviceBelow) leaves.push_back({n.op});
+      } else {
+        bool outermost = true;
+        for (int64_t p = n.parent; p >= 0 && outermost; p = nodes_[p].parent) {
+          outermost = nodes_[p].kind != OpKind::kDevice;
+        }
+        if (outermost) leaves.push_back({n.op});
       }
-      if (compute && !n.computeBelow) leaves.push_back({op});
     }
     std::sort(leaves.begin(), leaves.end(), [](const Leaf& a, const Leaf& b) {
       return a.op->timestamp() < b.op->timestamp();
     });
 
-    // 2. Events. Op [s, s+d]: runtime event [s+d/4, s+d/2]; the kernel starts
-    //    when the runtime event ends (or when NC0 is free: one NeuronCore
-    //    executes one NEFF at a time) and lasts ratio*d.
+    // 2. Events. Op [s, s+d]: runtime event [g+(s+d-g)/4, g+(s+d-g)/2] where
+    //    g = max(s, end of the ops nested in it) -- so it nests under the op
+    //    only (g = s for a leaf); the kernel starts when the runtime event
+    //    ends (or when NC0 is free: one NeuronCore executes one NEFF at a
+    //    time) and lasts ratio*d.
     bool nc0Captured = !opts_.captureSet || opts_.captureNcs.count(0);
     int64_t busyUntil = 0;
     uint64_t executed = 0;
@@ -340,7 +376,9 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
       uint64_t neff = neffId(op->name() + "|" + dims);
       std::string neffName = "neff_" + std::to_string(neff);
       uint32_t flow = gFlowId.fetch_add(1);
-      int64_t rtStart = s + d / 4, rtEnd = s + d / 2;
+      auto ce = childrenEnd.find(op);
+      int64_t g = ce == childrenEnd.end() ? s : std::clamp(ce->second, s, s + d);
+      int64_t rtStart = g + (s + d - g) / 4, rtEnd = g + (s + d - g) / 2;
 
       if (runtimeEvents_) {
         auto& rt = emplace(ActivityType::PRIVATEUSE1_RUNTIME, "nrta_execute_schedule");
@@ -407,6 +445,7 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
       span.startTime = traceBuffer_->activities.front()->startTime;
       span.endTime = std::max(busyUntil, traceBuffer_->activities.back()->endTime);
     }
+    span.opCount = traceBuffer_->gpuOpCount;
 
     // 3. Hand the activities to the logger. It keeps pointers, so they stay
     //    owned by traceBuffer_ until getTraceBuffer() passes it to Kineto.
@@ -452,7 +491,9 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
   struct Node {
     uint64_t id;
     int64_t parent;
-    bool computeBelow;
+    bool deviceBelow = false; // a kDevice op is nested in this one
+    const libkineto::ITraceActivity* op = nullptr; // filled in processTrace
+    OpKind kind = OpKind::kContainer;
   };
 
   GenericTraceActivity& emplace(ActivityType type, const std::string& name) {
@@ -615,6 +656,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     std::lock_guard<std::mutex> g(gSettingsMutex);
     gSettings.layout = layout;
+  });
+  m.def("set_attribution", [](const std::string& rule) {
+    if (rule != "leaf" && rule != "backend") {
+      throw std::invalid_argument("attribution must be 'leaf' or 'backend'");
+    }
+    std::lock_guard<std::mutex> g(gSettingsMutex);
+    gSettings.attribution = rule;
+  });
+  m.def("set_decomposing_ops", [](const std::vector<std::string>& names) {
+    auto set = std::make_shared<const std::set<std::string>>(names.begin(), names.end());
+    std::lock_guard<std::mutex> g(gSettingsMutex);
+    gSettings.decomposing = set;
   });
   m.def("set_device_time_ratio", [](double r) {
     if (!(r >= 0.0)) throw std::invalid_argument("device_time_ratio must be >= 0");

@@ -1,0 +1,339 @@
+"""An emulated AWS Neuron device for testing profiling code on CPU-only machines.
+
+TorchNeuron (``torch_neuronx``) feeds device activity into ``torch.profiler``
+through a Kineto child profiler registered with
+``libkineto::api().registerProfilerFactory``. This module builds a small C++
+extension that registers such a child profiler, names PyTorch's PrivateUse1
+backend ``"neuron"`` and installs stand-in ``torch_neuronx`` modules, so code
+written for Trainium/Inferentia profiling runs unchanged in CI::
+
+    from neuronscope.testing import install_emulated_neuron
+
+    emu = install_emulated_neuron()          # once per process; cannot be undone
+
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+    from torch_neuronx.profiling import NeuronConfig, ProfileMode, NeuronProfiler
+
+    cfg = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME],
+                       profile_output_dir="./profile_output")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 experimental_config=cfg,
+                 on_trace_ready=NeuronProfiler(cfg).export_trace) as prof:
+        model(x)                               # ordinary CPU tensors
+        torch.neuron.synchronize()
+    print(prof.key_averages().table(sort_by="self_device_time_total"))
+
+Because ``torch.utils.rename_privateuse1_backend`` is process-wide and
+irreversible, run emulated profiles in a dedicated process (for pytest, a
+subprocess per scenario) if other tests must see an unnamed PrivateUse1.
+
+What a profile shows
+--------------------
+The emulator watches the op nesting that Kineto reports through
+``pushCorrelationId``/``popCorrelationId`` and, when the profiler stops, turns
+every op it considers *executed on the device* into three events:
+
+* ``nrta_execute_schedule`` -- ``PRIVATEUSE1_RUNTIME`` on the op's thread,
+  linked to the op (a CPU row in ``key_averages()``, category
+  ``privateuse1_runtime`` in the chrome trace), start of an ``ac2g`` flow;
+* ``neff_<id>:<op>`` -- ``CONCURRENT_KERNEL`` on device ``neuron:0`` (chrome
+  pid 0, row "NC0 NEFF executions"), linked to the op, so ``key_averages()``
+  gives the op ``Self NEURON`` time; end of the ``ac2g`` flow;
+* ``nc_exec_running`` -- ``GPU_USER_ANNOTATION`` on the hardware row
+  ``neuron_hw/NC0:4``, *not* linked, so device time is counted once.
+
+Timing is deterministic given the ops' own CPU times: for an op recorded over
+``[s, s+d]`` the runtime event covers ``[s+d/4, s+d/2]`` and the kernel starts
+at ``s+d/2`` (or when NeuronCore 0 is free -- it runs one NEFF at a time) and
+lasts ``device_time_ratio * d``. Timestamps are Unix-epoch ns. The ``<id>`` is
+a stable 15-digit hash of the op name and its ``Input Dims`` (present with
+``record_shapes=True``): eager mode compiles one NEFF per op signature.
+
+Which ops execute (``attribution``):
+
+* ``"leaf"`` (default): ops with no device op nested in them. Operators that
+  move no data on a device (views, ``aten::empty*``, ``aten::detach``, a
+  no-op ``aten::to``, ...) and records that are not operators (autograd
+  nodes, ``record_function`` scopes) never execute and do not count as
+  nesting.
+* ``"backend"``: the outermost operator that reaches a backend kernel, i.e.
+  not a ``CompositeImplicitAutograd`` decomposition; ops it calls run inside
+  its NEFF. Closer to what TorchNeuron's eager mode dispatches (``aten::mean``
+  executes as one NEFF instead of its CPU implementation's ``aten::fill_`` and
+  ``aten::copy_``).
+
+Device events appear only when the device activity (``ProfilerActivity.
+PrivateUse1``, which makes Kineto request ``CONCURRENT_KERNEL``) is on; with
+``activities=[CPU]`` Kineto still asks for ``PRIVATEUSE1_RUNTIME``, so the
+runtime events appear (as ``cudaLaunchKernel`` rows do for CUDA) but no device
+events and no raw files.
+
+Raw files
+---------
+When the device activity is on and the ``experimental_config`` carries a
+``profile_output_dir`` (any ``NeuronConfig`` does), the emulated runtime
+writes placeholder files before the profiler's stop returns -- independent of
+``on_trace_ready`` -- in one of the two layouts the Neuron runtime uses:
+
+``layout="session"`` (native PyTorch)::
+
+    <profile_output_dir>/<instance-id>_pid_<pid>/<timestamp>/
+        neff_<id>_vnc_0.neff            one per distinct NEFF       (DEVICE)
+        profile_nc_<n>_session_0.ntff   one per captured core       (DEVICE)
+        ntrace.pb  trace_info.pb                                    (RUNTIME)
+        cpu_util.pb                                                 (CPU_UTIL)
+        host_mem.pb                                                 (HOST_MEMORY)
+
+``layout="model"``::
+
+    <profile_output_dir>/<instance-id>_pid_<pid>/
+        neff_<id>.neff  <id>_instid_0_vnc_0.ntff     a pair per NEFF (DEVICE)
+        <timestamp>/ntrace.pb ...                    system files, if any
+
+Contents are placeholders (short text), never empty, except the NTFF of a
+captured core that never ran (cores come from ``capture_enabled_for_nc``, by
+default every visible core: ``NEURON_RT_NUM_CORES``, default 1; the emulator
+executes everything on core 0), which is empty as on real hardware. The
+instance id is the fixed :data:`EMULATED_INSTANCE_ID`; ``<timestamp>`` is
+``YYYYmmdd_HHMMSS_<microseconds>`` in UTC (the runtime's own format is not
+documented publicly).
+
+Dropped events: the real runtime keeps ``max_events_per_nc`` events per
+NeuronCore in a ring buffer and drops the rest silently. The emulator counts
+NEFF executions on core 0; executions past the limit get no kernel and no
+``nc_exec_running`` event (their runtime event remains), and it writes
+``emulator_info.json`` -- ``{"emulator": "neuronscope", "events_dropped": N,
+"max_events_per_nc": M, "nc": 0}`` -- next to the capture's files. That file
+is the emulator's own invention and appears only when something was dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["install_emulated_neuron", "EmulatedNeuron", "EMULATED_INSTANCE_ID", "default_build_dir"]
+
+#: The fake EC2 instance id used in raw-file paths.
+EMULATED_INSTANCE_ID = "i-00000000000e1a7ed"
+
+_LAYOUTS = ("session", "model")
+_ATTRIBUTIONS = ("leaf", "backend")
+_SOURCE = Path(__file__).with_name("_emulator.cpp")
+_EXT_NAME = "neuronscope_neuron_emulator"
+
+_lock = threading.Lock()
+_installed: EmulatedNeuron | None = None
+
+
+def default_build_dir() -> Path:
+    """Where the extension is built unless told otherwise.
+
+    ``$NEURONSCOPE_EMULATOR_BUILD_DIR`` if set, else
+    ``~/.cache/neuronscope/emulator-<torch version>``.
+    """
+    env = os.environ.get("NEURONSCOPE_EMULATOR_BUILD_DIR")
+    if env:
+        return Path(env)
+    import torch
+
+    return Path.home() / ".cache" / "neuronscope" / f"emulator-{torch.__version__}"
+
+
+class EmulatedNeuron:
+    """Handle on the process's emulated Neuron device.
+
+    Returned by :func:`install_emulated_neuron`; there is at most one per
+    process. Settings are read when a profile starts (Kineto configures the
+    session), so change them between profiles, not during one.
+
+    Attributes:
+        build_dir: directory the C++ extension was built in (kept as a cache).
+        extension: the loaded extension module (``last_session_info()``,
+            ``last_session_dir(profile_output_dir)``).
+        instance_id: the fake instance id used in raw-file paths.
+        installed_fake_torch_neuronx: whether the stand-in ``torch_neuronx``
+            modules were installed (``False`` if a real one was importable).
+    """
+
+    def __init__(self, extension: Any, build_dir: Path, installed_fake: bool) -> None:
+        self.extension = extension
+        self.build_dir = build_dir
+        self.instance_id = EMULATED_INSTANCE_ID
+        self.installed_fake_torch_neuronx = installed_fake
+        self._layout = "session"
+        self._ratio = 0.5
+        self._attribution = "leaf"
+        self._verbose = False
+
+    @property
+    def layout(self) -> str:
+        """Raw-file layout: ``"session"`` or ``"model"``."""
+        return self._layout
+
+    @layout.setter
+    def layout(self, value: str) -> None:
+        if value not in _LAYOUTS:
+            raise ValueError(f"layout must be one of {_LAYOUTS}, got {value!r}")
+        self.extension.set_layout(value)
+        self._layout = value
+
+    @property
+    def device_time_ratio(self) -> float:
+        """Kernel duration as a fraction of the op's CPU duration."""
+        return self._ratio
+
+    @device_time_ratio.setter
+    def device_time_ratio(self, value: float) -> None:
+        value = float(value)
+        if not value >= 0.0:
+            raise ValueError("device_time_ratio must be >= 0")
+        self.extension.set_device_time_ratio(value)
+        self._ratio = value
+
+    @property
+    def attribution(self) -> str:
+        """Which ops execute on the device: ``"leaf"`` or ``"backend"``."""
+        return self._attribution
+
+    @attribution.setter
+    def attribution(self, value: str) -> None:
+        if value not in _ATTRIBUTIONS:
+            raise ValueError(f"attribution must be one of {_ATTRIBUTIONS}, got {value!r}")
+        self.extension.set_attribution(value)
+        self._attribution = value
+
+    @property
+    def verbose(self) -> bool:
+        """Log each emulated session to stderr."""
+        return self._verbose
+
+    @verbose.setter
+    def verbose(self, value: bool) -> None:
+        self.extension.set_verbose(bool(value))
+        self._verbose = bool(value)
+
+    def last_session_info(self) -> dict[str, str]:
+        """Counts from the last processed session (``leaf_ops``, ``executions``,
+        ``events_dropped``, ``activities``, ``session_dir``, ``layout``)."""
+        return dict(self.extension.last_session_info())
+
+    def __repr__(self) -> str:
+        return (
+            f"EmulatedNeuron(layout={self._layout!r}, device_time_ratio={self._ratio!r}, "
+            f"attribution={self._attribution!r}, build_dir={str(self.build_dir)!r})"
+        )
+
+
+def _decomposing_ops() -> list[str]:
+    """Op names whose default overload is CompositeImplicitAutograd (or, with
+    no default overload, all of whose overloads are)."""
+    import torch
+
+    by_name: dict[str, list[bool]] = {}
+    default: dict[str, bool] = {}
+    for full in torch._C._dispatch_get_all_op_names():
+        ns, _, rest = full.partition("::")
+        base = f"{ns}::{rest.split('.')[0]}"
+        flag = bool(torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"))
+        by_name.setdefault(base, []).append(flag)
+        if full == base:
+            default[base] = flag
+    return sorted(b for b, flags in by_name.items() if default.get(b, all(flags)))
+
+
+def _build(build_dir: Path, verbose: bool) -> Any:
+    import torch
+    from torch.utils.cpp_extension import load
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    kineto_include = Path(torch.__file__).parent / "include" / "kineto"
+    if not (kineto_include / "IActivityProfiler.h").exists():
+        raise RuntimeError(f"Kineto headers not found in {kineto_include}; this torch build cannot host the emulator")
+    return load(
+        name=_EXT_NAME,
+        sources=[str(_SOURCE)],
+        extra_include_paths=[str(kineto_include)],
+        extra_cflags=["-O1", "-DUSE_KINETO", "-DFMT_HEADER_ONLY"],
+        build_directory=str(build_dir),
+        verbose=verbose,
+    )
+
+
+def install_emulated_neuron(
+    layout: str = "session",
+    build_dir: str | os.PathLike[str] | None = None,
+    device_time_ratio: float = 0.5,
+    verbose: bool = False,
+    attribution: str = "leaf",
+) -> EmulatedNeuron:
+    """Install the emulated Neuron device in this process and return its handle.
+
+    Steps (the first call only; later calls return the same handle with the
+    given ``layout``, ``device_time_ratio``, ``attribution`` and ``verbose``
+    applied, and ignore ``build_dir``):
+
+    1. build (or load from cache) the C++ extension with
+       ``torch.utils.cpp_extension.load`` -- about 40 s the first time on 2
+       cores, instant afterwards -- and register its Kineto child profiler;
+    2. ``torch.utils.rename_privateuse1_backend("neuron")`` and register
+       ``torch.neuron`` (``synchronize()`` is a no-op);
+    3. put stand-in ``torch_neuronx`` / ``torch_neuronx.profiling`` modules
+       into ``sys.modules`` unless a real ``torch_neuronx`` imports; they carry
+       ``__neuronscope_emulator__ = True``.
+
+    This cannot be undone, and fails if PrivateUse1 was already renamed to
+    something other than ``"neuron"``.
+
+    Args:
+        layout: raw-file layout, ``"session"`` or ``"model"``.
+        build_dir: extension build directory; default :func:`default_build_dir`.
+        device_time_ratio: kernel duration / the op's CPU duration.
+        verbose: show the compiler output and log sessions to stderr.
+        attribution: ``"leaf"`` or ``"backend"`` (see the module docstring).
+    """
+    global _installed
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+    if attribution not in _ATTRIBUTIONS:
+        raise ValueError(f"attribution must be one of {_ATTRIBUTIONS}, got {attribution!r}")
+    with _lock:
+        if _installed is None:
+            import torch
+
+            name = torch._C._get_privateuse1_backend_name()
+            if name not in ("privateuseone", "neuron"):
+                raise RuntimeError(
+                    f"PrivateUse1 is already named {name!r}; the Neuron emulator needs it as 'neuron'"
+                )
+            bdir = Path(build_dir) if build_dir is not None else default_build_dir()
+            ext = _build(bdir, verbose)
+            ext.set_decomposing_ops(_decomposing_ops())
+            ext.register_profiler()
+            if name != "neuron":
+                torch.utils.rename_privateuse1_backend("neuron")
+            from . import _fake_torch_neuronx
+
+            if not hasattr(torch, "neuron"):
+                torch._register_device_module("neuron", _fake_torch_neuronx.make_device_module())
+            emu = EmulatedNeuron(ext, bdir, installed_fake=False)
+            emu.installed_fake_torch_neuronx = _fake_torch_neuronx.install_modules(emu)
+            if not emu.installed_fake_torch_neuronx:
+                warnings.warn(
+                    "a real torch_neuronx is importable; the emulator's profiler is registered "
+                    "but the real torch_neuronx modules were left in place",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            _installed = emu
+        emu = _installed
+        emu.layout = layout
+        emu.device_time_ratio = device_time_ratio
+        emu.attribution = attribution
+        emu.verbose = verbose
+        return emu

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+import neuronscope as ns
+from neuronscope import _stats
+
+
+@pytest.fixture
+def xw() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randn(4, 64), torch.randn(64)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_runs(tmp_path, monkeypatch):
+    """Every test writes run directories under its own tmp dir and starts with clean counters."""
+    out = tmp_path / "runs"
+    monkeypatch.setenv("NEURONSCOPE_OUTPUT_DIR", str(out))
+    ns.flush(30)
+    _stats.reset()
+    yield out
+    ns.flush(30)

@@ -1,0 +1,54 @@
+import neuronscope
+
+EXPECTED = {
+    "ConfigurationError",
+    "DeviceUnavailableError",
+    "Event",
+    "EventKind",
+    "NeuronOptions",
+    "NeuronscopeError",
+    "OpStats",
+    "ProfileNeuron",
+    "Region",
+    "RegionStats",
+    "Run",
+    "RunStatus",
+    "Summary",
+    "Trace",
+    "TraceLoadError",
+    "__version__",
+    "configure",
+    "flush",
+    "last_run",
+    "load_run",
+    "load_trace",
+    "profile_neuron",
+    "region",
+    "stats",
+    "summarize",
+}
+
+
+def test_all_is_exactly_the_intended_public_api():
+    assert set(neuronscope.__all__) == EXPECTED
+
+
+def test_all_is_sorted_and_resolvable():
+    assert neuronscope.__all__ == sorted(neuronscope.__all__)
+    for name in neuronscope.__all__:
+        assert getattr(neuronscope, name) is not None
+
+
+def test_exception_hierarchy():
+    for exc in (neuronscope.ConfigurationError, neuronscope.DeviceUnavailableError, neuronscope.TraceLoadError):
+        assert issubclass(exc, neuronscope.NeuronscopeError)
+    assert issubclass(neuronscope.ConfigurationError, ValueError)
+
+
+def test_torch_neuronx_is_not_imported_at_import_time():
+    import subprocess
+    import sys
+
+    code = "import sys, neuronscope; print('torch_neuronx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
