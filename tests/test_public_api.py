@@ -18,6 +18,7 @@ EXPECTED = {
     "TraceLoadError",
     "__version__",
     "configure",
+    "export_run",
     "flush",
     "last_run",
     "load_run",

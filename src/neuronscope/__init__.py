@@ -13,7 +13,7 @@ from ._run import Run, RunStatus
 from ._stats import stats
 from ._version import __version__
 from .analysis.summary import OpStats, RegionStats, Summary, summarize
-from .api import configure, flush, last_run, load_run, load_trace
+from .api import configure, export_run, flush, last_run, load_run, load_trace
 from .capture.devices.neuron import NeuronOptions
 from .capture.profile import ProfileNeuron, profile_neuron
 from .capture.region import Region, region
@@ -38,6 +38,7 @@ __all__ = [
     "TraceLoadError",
     "__version__",
     "configure",
+    "export_run",
     "flush",
     "last_run",
     "load_run",

@@ -37,6 +37,7 @@ class Run:
         self.start_ns: int = 0
         self.end_ns: int = 0
         self.error: str | None = None  #: type name of the exception the profiled code raised
+        self.error_message: str | None = None  #: its message (capped); the exception itself is not kept
         self.warnings: list[str] = []
         self.manifest: dict[str, Any] = {}
         self.windows: list[Run] = []  #: with a schedule: one completed Run per active window
@@ -46,6 +47,7 @@ class Run:
         self._path: Path | None = None
         self._done = threading.Event()
         self._schedule_handle = schedule_handle
+        self._otel_parent: Any = None  # OpenTelemetry context current when the profile started
 
     # -- completion ----------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:

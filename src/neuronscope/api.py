@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,24 +13,43 @@ from . import _config
 from .errors import ConfigurationError
 from ._run import Run
 from ._worker import get_worker
+from .capture.processing import add_sink
 from .capture.processing import last_run as _last_run
+from .sinks import otel as _otel
 from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
-__all__ = ["configure", "flush", "last_run", "load_run", "load_trace"]
+__all__ = ["configure", "export_run", "flush", "last_run", "load_run", "load_trace"]
 
 log = logging.getLogger("neuronscope")
 
 _UNSET: Any = object()
 
 
-def configure(*, enabled: bool = _UNSET, output_dir: str | os.PathLike[str] | None = _UNSET) -> None:
-    """Set process-wide options. Only the arguments given change.
+def configure(
+    *,
+    enabled: bool = _UNSET,
+    output_dir: str | os.PathLike[str] | None = _UNSET,
+    tracer_provider: Any = _UNSET,
+    meter_provider: Any = _UNSET,
+    service_name: str | None = _UNSET,
+    op_spans: str = _UNSET,
+    max_spans: int = _UNSET,
+    exporter: str = _UNSET,
+    otlp_endpoint: str | None = _UNSET,
+) -> None:
+    """Set process-wide options. Only the arguments given change; all are validated first.
 
     ``enabled=False`` turns every profile and region into a plain call (as
-    ``NEURONSCOPE_DISABLED=1`` does). ``output_dir`` is where run directories go
-    (default ``$NEURONSCOPE_OUTPUT_DIR`` or ``./neuronscope-runs``).
+    ``NEURONSCOPE_DISABLED=1`` does). ``output_dir``: where run directories go (default
+    ``$NEURONSCOPE_OUTPUT_DIR`` or ``./neuronscope-runs``).
+
+    OpenTelemetry: ``tracer_provider`` / ``meter_provider`` are used as given; otherwise the
+    application's global providers; otherwise, when ``exporter="otlp"`` (or ``"auto"`` with
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` set) or ``"console"``, neuronscope builds its own (never
+    global). ``op_spans``: ``"summary"`` (default), ``"events"`` (capped by ``max_spans``) or
+    ``"none"``. ``otlp_endpoint`` overrides ``OTEL_EXPORTER_OTLP_ENDPOINT`` for our exporter.
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
@@ -40,15 +60,58 @@ def configure(*, enabled: bool = _UNSET, output_dir: str | os.PathLike[str] | No
         if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
             raise ConfigurationError(f"configure(output_dir={output_dir!r}): use a path or None")
         changes["output_dir"] = Path(output_dir) if output_dir is not None else None
-    _config.update(**changes)
+    otel_changes = {
+        key: value
+        for key, value in (
+            ("tracer_provider", tracer_provider),
+            ("meter_provider", meter_provider),
+            ("service_name", service_name),
+            ("op_spans", op_spans),
+            ("max_spans", max_spans),
+            ("exporter", exporter),
+            ("endpoint", otlp_endpoint),
+        )
+        if value is not _UNSET
+    }
+    if otel_changes:
+        _otel.configure_otel(**otel_changes)
+    if changes:
+        _config.update(**changes)
 
 
 def flush(timeout: float | None = 30.0) -> bool:
-    """Wait until every finished profile has been processed and exported.
+    """Wait until every finished profile has been processed and its telemetry exported.
 
-    Returns False if ``timeout`` seconds passed first.
+    Returns False if ``timeout`` seconds passed first (never raises).
     """
-    return get_worker().flush(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done = get_worker().flush(timeout)
+    remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    return _otel.flush_providers(remaining) and done
+
+
+def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> str | None:
+    """Send a saved run directory's spans and metrics now, with their original timestamps.
+
+    For profiles captured where no collector was reachable. Returns the trace id (hex), or
+    None when no OpenTelemetry provider is configured (see :func:`configure`).
+    """
+    from .sinks.otel.providers import resolve_providers
+    from .sinks.otel.spans import emit_run
+
+    run = _load_run(path)
+    settings = _otel.settings()
+    mode = op_spans or settings.op_spans
+    if mode == "events":
+        run.trace  # noqa: B018 - loads trace.json.gz into run._trace
+    tracer_provider, meter_provider = resolve_providers(settings)
+    if tracer_provider is None:
+        return None
+    trace_id, _, _ = emit_run(run, tracer_provider.get_tracer("neuronscope"), mode, settings.max_spans, None)
+    if meter_provider is not None:
+        _otel._record_metrics(run, meter_provider)
+    _otel.flush_providers(30)
+    return trace_id
 
 
 def last_run() -> Run | None:
@@ -68,8 +131,12 @@ def load_run(path: str | os.PathLike[str]) -> Run:
 
 def _flush_at_exit() -> None:
     timeout = float(os.environ.get("NEURONSCOPE_EXIT_FLUSH_TIMEOUT", "10"))
-    if not get_worker().flush(timeout):
-        log.warning("neuronscope: pending profiles not processed within %.0f s at exit", timeout)
+    if not flush(timeout):
+        log.warning("neuronscope: pending profiles/telemetry not finished within %.0f s at exit", timeout)
+    _otel.shutdown_providers()
+
+
+add_sink(_otel.export_to_otel)
 
 
 atexit.register(_flush_at_exit)

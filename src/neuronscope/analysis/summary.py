@@ -70,6 +70,9 @@ class Summary:
     regions: dict[str, "Summary"] = field(default_factory=dict)
     region_stats: RegionStats | None = None
     warnings: tuple[str, ...] = ()
+    #: ops that ran directly here, not inside a nested region (outside every region, for the
+    #: whole-profile summary). Their ``device_pct`` is the share of the whole profile's device time.
+    direct_rows: tuple[OpStats, ...] = ()
 
     # -- queries -----------------------------------------------------------------------
     @property
@@ -110,6 +113,7 @@ class Summary:
             "rows": [asdict(r) for r in self.rows],
             "region_stats": asdict(self.region_stats) if self.region_stats else None,
             "regions": {path: s.to_dict() for path, s in self.regions.items()},
+            "direct_rows": [asdict(r) for r in self.direct_rows],
             "warnings": list(self.warnings),
         }
 
@@ -122,6 +126,7 @@ class Summary:
             regions={p: cls.from_dict(s) for p, s in data.get("regions", {}).items()},
             region_stats=RegionStats(**rs) if rs else None,
             warnings=tuple(data.get("warnings", ())),
+            direct_rows=tuple(OpStats(**r) for r in data.get("direct_rows", ())),
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -306,6 +311,7 @@ def summarize(trace: Trace) -> Summary:
 
     all_rows = [r for rows in by_path.values() for r in rows]
     root = _build(all_rows, trace.device)
+    total = root.total_device_time_us * _NS_PER_US
     regions: dict[str, Summary] = {}
     for pid in sorted(region_stats, key=lambda p: path_names[p]):
         prefix = path_names[pid]
@@ -315,8 +321,12 @@ def summarize(trace: Trace) -> Summary:
             if p and (path_names[p] == prefix or path_names[p].startswith(prefix + "/"))
             for r in rows
         ]
-        regions[prefix] = replace(_build(inside, trace.device), region_stats=region_stats[pid])
-    return replace(root, regions=regions)
+        regions[prefix] = replace(
+            _build(inside, trace.device),
+            region_stats=region_stats[pid],
+            direct_rows=_build(by_path.get(pid, []), trace.device, total).rows,
+        )
+    return replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows)
 
 
 def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last) -> list[tuple]:
@@ -336,8 +346,11 @@ def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last) -> list
     ]
 
 
-def _build(rows: list[tuple], device: str) -> Summary:
-    """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last) tuples by name."""
+def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> Summary:
+    """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last) tuples by name.
+
+    ``device_pct`` is relative to ``pct_base_ns`` (default: these rows' own total).
+    """
     merged: dict[str, list] = {}
     for name, c, d, sd, cp, scp, f, l_ in rows:
         acc = merged.get(name)
@@ -351,7 +364,7 @@ def _build(rows: list[tuple], device: str) -> Summary:
             acc[4] += scp
             acc[5] = min(acc[5], f)
             acc[6] = max(acc[6], l_)
-    total_self_dev = sum(v[2] for v in merged.values())
+    total_self_dev = pct_base_ns if pct_base_ns is not None else sum(v[2] for v in merged.values())
     out = [
         OpStats(
             name=name,

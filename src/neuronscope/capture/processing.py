@@ -73,6 +73,7 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
             start_ns=run.start_ns,
             end_ns=run.end_ns,
             error=run.error,
+            error_message=run.error_message,
             window=options.window,
             events=len(trace),
             backend=options.backend_info,

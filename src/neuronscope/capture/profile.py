@@ -32,6 +32,7 @@ from ..errors import ConfigurationError
 from . import _registry
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions
+from ..sinks.otel import capture_parent_context
 from .processing import ProcessOptions, process_capture
 
 __all__ = ["ProfileNeuron", "profile_neuron"]
@@ -105,7 +106,7 @@ class ProfileNeuron:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         capture = self._stack().pop()
-        capture.end(exc_type, inline_if_busy=True)
+        capture.end(exc, inline_if_busy=True)
         return False
 
     async def __aenter__(self) -> Run:
@@ -138,7 +139,7 @@ class ProfileNeuron:
                 try:
                     result = await wrapped(*args, **kwargs)
                 except BaseException as exc:
-                    capture.end(type(exc))
+                    capture.end(exc)
                     raise
                 capture.end(None)
                 return result
@@ -152,7 +153,7 @@ class ProfileNeuron:
             try:
                 result = wrapped(*args, **kwargs)
             except BaseException as exc:
-                capture.end(type(exc))
+                capture.end(exc)
                 raise
             capture.end(None)
             return result
@@ -223,6 +224,7 @@ class _Capture:
             backend = NeuronBackend(spec.neuron)
         self._backend = backend
         self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
+        self.run._otel_parent = capture_parent_context()
         self.run.start_ns = time.time_ns()
         self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns)
         raw_dir = None
@@ -250,7 +252,7 @@ class _Capture:
         if self._prof is not None:
             self._prof.step()
 
-    def end(self, exc_type: type[BaseException] | None, *, inline_if_busy: bool = False) -> None:
+    def end(self, exc: BaseException | None, *, inline_if_busy: bool = False) -> None:
         if self._region is not None:
             try:
                 self._region.__exit__(None, None, None)
@@ -263,7 +265,9 @@ class _Capture:
             return
         run = self.run
         run.end_ns = time.time_ns()
-        run.error = exc_type.__name__ if exc_type is not None else None
+        if exc is not None:
+            run.error = type(exc).__name__
+            run.error_message = str(exc)[:1024]
         self._inline_if_busy = inline_if_busy
         try:
             try:
@@ -291,7 +295,7 @@ class _Capture:
                 window = Run(self.name, run.device)
                 window.start_ns = run.start_ns
                 window.end_ns = time.time_ns()
-                window.error = None
+                window._otel_parent = run._otel_parent
                 run_dir = self._run_dir if self._windows == 0 else _make_run_dir(self.spec, self.name, window.start_ns)
                 self._windows += 1
                 run.windows.append(window)

@@ -132,6 +132,7 @@ def load_run(path: str | os.PathLike[str]):
     run.start_ns = int(manifest.get("start_ns", 0))
     run.end_ns = int(manifest.get("end_ns", 0))
     run.error = manifest.get("error")
+    run.error_message = manifest.get("error_message")
     run.warnings = list(manifest.get("warnings", []))
     run._path = p
     summary_file = p / "summary.json"

@@ -44,11 +44,18 @@ every op it considers *executed on the device* into three events:
   ``neuron_hw/NC0:4``, *not* linked, so device time is counted once.
 
 Timing is deterministic given the ops' own CPU times: for an op recorded over
-``[s, s+d]`` the runtime event covers ``[s+d/4, s+d/2]`` and the kernel starts
-at ``s+d/2`` (or when NeuronCore 0 is free -- it runs one NEFF at a time) and
-lasts ``device_time_ratio * d``. Timestamps are Unix-epoch ns. The ``<id>`` is
-a stable 15-digit hash of the op name and its ``Input Dims`` (present with
-``record_shapes=True``): eager mode compiles one NEFF per op signature.
+``[s, s+d]`` the runtime event covers ``[g+(s+d-g)/4, g+(s+d-g)/2]``, where
+``g`` is ``s`` or, if ops are nested in it, the end of the last one (so the
+runtime event nests under its op only); the kernel starts when the runtime
+event ends (or when NeuronCore 0 is free -- it runs one NEFF at a time) and
+lasts ``device_time_ratio * d`` (at least 1 ns). Timestamps are Unix-epoch ns.
+The ``<id>`` is a stable 15-digit hash of the op name (eager mode compiles one
+NEFF per op; the input shapes would join the key if the profiler had attached
+``Input Dims`` by the time the trace is processed, which torch 2.13 does not).
+Emulated events use correlation/flow ids from 2**30 up, apart from PyTorch's
+op ids; in the chrome trace a kernel's and a runtime event's
+``"External id"`` is its op's, and ``args["correlation"]`` (also the ``ac2g``
+flow id) ties the runtime event, kernel and ``nc_exec_running`` together.
 
 Which ops execute (``attribution``):
 
@@ -106,6 +113,24 @@ NEFF executions on core 0; executions past the limit get no kernel and no
 ``emulator_info.json`` -- ``{"emulator": "neuronscope", "events_dropped": N,
 "max_events_per_nc": M, "nc": 0}`` -- next to the capture's files. That file
 is the emulator's own invention and appears only when something was dropped.
+
+Limits
+------
+* Tensors stay on the CPU: nothing can be placed on ``"neuron"`` and
+  ``torch.neuron.is_available()`` is ``False``. Code that picks the tensor
+  device from the PrivateUse1 name alone will fail under the emulator.
+* Ops are only seen with CPU activity on (Kineto calls
+  ``pushCorrelationId`` only then), so ``activities=[PrivateUse1]`` alone
+  gives no device events.
+* Only the Kineto path is emulated. The legacy
+  ``torch.autograd.profiler.profile(use_device="neuron")`` (``use_kineto=False``)
+  needs PrivateUse1 ``ProfilerStubs``, which TorchNeuron also registers and
+  the emulator does not.
+* ``neff_cache_dir`` and ``precache_node_info`` are accepted and ignored; the
+  NEFF/NTFF/``.pb`` contents are placeholders, not the real formats.
+* A Kineto trace can be saved once: ``NeuronProfiler.export_trace`` calls
+  ``prof.export_chrome_trace``, after which ``kineto_results.save()`` raises
+  "Trace is already saved" (TorchNeuron's exporter must hit the same limit).
 """
 
 from __future__ import annotations

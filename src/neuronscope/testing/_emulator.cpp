@@ -10,11 +10,12 @@
 //   processTrace(logger, getLinkedActivity, start, end) after stop, and
 //   getTraceBuffer() to take ownership of the session's activities.
 // This file implements such a child profiler. Instead of reading a real
-// Neuron runtime it derives "device executions" from the leaf ops it saw:
-// each leaf compute op gets a host runtime event, a device kernel linked to
-// the op (so key_averages() attributes device time to it) and a hardware
-// lane event; at processTrace time it also writes placeholder raw files in
-// the Neuron runtime's directory layouts.
+// Neuron runtime it derives "device executions" from the ops it saw (the
+// leaf ops, or the outermost ops reaching a backend; see OpKind): each gets a
+// host runtime event, a device kernel linked to the op (so key_averages()
+// attributes device time to it) and a hardware-lane event; at processTrace
+// time it also writes placeholder raw files in the Neuron runtime's
+// directory layouts.
 //
 // Build flags (see __init__.py): -I <torch>/include/kineto -DUSE_KINETO
 // -DFMT_HEADER_ONLY.
@@ -81,7 +82,9 @@ constexpr int32_t kHwLane = 4; // nc_exec_running (GPU_USER_ANNOTATION)
 // in output_base.h, a header we do not need otherwise).
 constexpr int64_t kDeviceSortIndex = 5000000 + kDeviceId;
 
-std::atomic<uint32_t> gFlowId{1}; // ac2g flow ids, unique in the process
+// ac2g flow ids, unique in the process. They double as the emulated events'
+// correlation ids; starting at 2^30 keeps them apart from PyTorch's op ids.
+std::atomic<uint32_t> gFlowId{1u << 30};
 
 // Summary of the last session that reached processTrace, and the last
 // session directory written per profile_output_dir (read from Python).
@@ -180,8 +183,9 @@ NeuronOptions parseOptions(const std::string& custom) {
   return o;
 }
 
-// Deterministic 15-digit NEFF id from the op's name and input shapes
-// (eager mode compiles one NEFF per distinct op signature).
+// Deterministic 15-digit NEFF id from the op's name and input shapes (eager
+// mode compiles one NEFF per op signature). PyTorch 2.13 attaches "Input
+// Dims" to its CPU ops only after processTrace, so in practice: per name.
 uint64_t neffId(const std::string& key) {
   uint64_t h = 1469598103934665603ull; // FNV-1a
   for (unsigned char c : key) {
@@ -245,7 +249,7 @@ void writeFile(const fs::path& p, const std::string& content) {
   f << content;
 }
 
-// One emulated NEFF execution on NeuronCore 0, derived from a leaf op.
+// One emulated NEFF execution on NeuronCore 0, derived from one op.
 struct Execution {
   uint64_t neff;
   std::string opName;
@@ -323,7 +327,8 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
                     libkineto::getLinkedActivityCallback getLinkedActivity,
                     int64_t /*startTime*/, int64_t /*endTime*/) override {
     std::lock_guard<std::mutex> g(mutex_);
-    if (!traceBuffer_) return;
+    if (!traceBuffer_ || processed_) return;
+    processed_ = true;
 
     // 1. Ops that execute on the emulated device (see OpKind). popOrder_
     //    is post-order per thread: children come before their parent.
@@ -590,7 +595,7 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
   NeuronOptions opts_;
   Settings settings_;
   bool runtimeEvents_ = false, kernels_ = false, hwLane_ = false, writeFiles_ = false;
-  bool recording_ = false;
+  bool recording_ = false, processed_ = false;
   std::mutex mutex_;
   std::unordered_map<std::thread::id, std::vector<size_t>> stacks_;
   std::vector<Node> nodes_;

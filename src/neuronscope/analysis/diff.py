@@ -1,0 +1,223 @@
+"""Compare two summaries: what got slower, what got faster, what appeared or vanished.
+
+    d = diff_summaries(before, after)
+    d.total.pct                      # +12.5: total self device time grew 12.5 %
+    d.ops[0]                         # the op whose self device time changed most (either way)
+    d.regressions(5.0, ops=["aten::mm"])   # total and aten::mm, where they grew more than 5 %
+
+Ops are matched by name, regions by path. "A" is the baseline, "B" the candidate; a
+positive delta means B is slower. Percentages are relative to A and are ``None`` when A is
+zero (an op that only B has cannot be expressed as a percentage of nothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from .summary import Summary
+
+__all__ = ["DIFF_SCHEMA_VERSION", "Delta", "OpDelta", "RegionDelta", "Regression", "SummaryDiff", "diff_summaries"]
+
+#: Version of :meth:`SummaryDiff.to_dict`'s layout; bumped on any incompatible change.
+DIFF_SCHEMA_VERSION = 1
+
+Presence = Literal["both", "only_a", "only_b"]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One measure in A and in B (ints for counts). ``pct`` is ``100 * (b - a) / a``;
+    0.0 when both are zero, None when only ``a`` is zero."""
+
+    a: float
+    b: float
+
+    @property
+    def delta(self) -> float:
+        return self.b - self.a
+
+    @property
+    def pct(self) -> float | None:
+        if self.a == 0:
+            return 0.0 if self.b == 0 else None
+        return 100.0 * (self.b - self.a) / self.a
+
+    def regressed(self, pct: float) -> bool:
+        """True when B grew more than ``pct`` percent over A (growth from zero always counts)."""
+        p = self.pct
+        return (self.b > 0) if p is None else p > pct
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a, "b": self.b, "delta": self.delta, "pct": self.pct}
+
+
+@dataclass(frozen=True)
+class OpDelta:
+    """An op's numbers in A and B (zeros on the side that lacks it)."""
+
+    name: str
+    presence: Presence
+    calls: Delta
+    self_device_time_us: Delta
+    device_time_us: Delta
+    self_cpu_time_us: Delta
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "presence": self.presence,
+            "calls": self.calls.to_dict(),
+            "self_device_time_us": self.self_device_time_us.to_dict(),
+            "device_time_us": self.device_time_us.to_dict(),
+            "self_cpu_time_us": self.self_cpu_time_us.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class RegionDelta:
+    """A region's occurrences, wall time and the self device time of the ops inside it."""
+
+    path: str
+    presence: Presence
+    occurrences: Delta
+    wall_time_us: Delta
+    device_time_us: Delta
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "presence": self.presence,
+            "occurrences": self.occurrences.to_dict(),
+            "wall_time_us": self.wall_time_us.to_dict(),
+            "device_time_us": self.device_time_us.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Regression:
+    """Something that got slower than a threshold allows. ``pct`` is None for a new op."""
+
+    what: Literal["total", "op"]
+    name: str  #: "total device time" for the total, else the op name
+    a_us: float
+    b_us: float
+    pct: float | None
+
+    def describe(self) -> str:
+        growth = "new in B" if self.pct is None else f"{self.pct:+.1f}%"
+        return f"{self.name}: {self.a_us:.3f}us -> {self.b_us:.3f}us ({growth})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SummaryDiff:
+    """The difference between two summaries; see the module docstring."""
+
+    device_a: str
+    device_b: str
+    total: Delta  #: total self device time, microseconds
+    ops: tuple[OpDelta, ...]  #: sorted by |self device time delta|, largest first
+    regions: tuple[RegionDelta, ...]  #: sorted by path
+
+    @property
+    def only_in_a(self) -> list[str]:
+        return [o.name for o in self.ops if o.presence == "only_a"]
+
+    @property
+    def only_in_b(self) -> list[str]:
+        return [o.name for o in self.ops if o.presence == "only_b"]
+
+    def op(self, name: str) -> OpDelta:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(f"no op named {name!r} in either summary")
+
+    def __contains__(self, name: object) -> bool:
+        return any(o.name == name for o in self.ops)
+
+    def regressions(self, pct: float, ops: Iterable[str] | None = None, *, total: bool = True) -> list[Regression]:
+        """What grew by more than ``pct`` percent of self device time from A to B.
+
+        Checks the total (unless ``total=False``) and each op named in ``ops``. An op that
+        only B has counts as a regression; one that only A has (or neither) does not.
+        Raises KeyError for an op name found in neither summary (a typo should not pass a gate).
+        """
+        if not isinstance(pct, (int, float)) or isinstance(pct, bool) or math.isnan(pct) or pct < 0:
+            raise ValueError(f"regressions(pct={pct!r}): use a non-negative number of percent")
+        found: list[Regression] = []
+        if total and self.total.regressed(pct):
+            found.append(Regression("total", "total device time", self.total.a, self.total.b, self.total.pct))
+        for name in ops or ():
+            d = self.op(name).self_device_time_us
+            if d.regressed(pct):
+                found.append(Regression("op", name, d.a, d.b, d.pct))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": DIFF_SCHEMA_VERSION,
+            "device_a": self.device_a,
+            "device_b": self.device_b,
+            "total_device_time_us": self.total.to_dict(),
+            "ops": [o.to_dict() for o in self.ops],
+            "regions": [r.to_dict() for r in self.regions],
+            "only_in_a": self.only_in_a,
+            "only_in_b": self.only_in_b,
+        }
+
+
+def _presence(in_a: bool, in_b: bool) -> Presence:
+    return "both" if in_a and in_b else ("only_a" if in_a else "only_b")
+
+
+def diff_summaries(a: Summary, b: Summary) -> SummaryDiff:
+    """Per-op and per-region deltas from baseline ``a`` to candidate ``b``."""
+    rows_a = {r.name: r for r in a.rows}
+    rows_b = {r.name: r for r in b.rows}
+    ops: list[OpDelta] = []
+    for name in rows_a.keys() | rows_b.keys():
+        ra, rb = rows_a.get(name), rows_b.get(name)
+
+        def both(field: str) -> Delta:
+            zero = 0 if field == "calls" else 0.0  # calls stay ints in to_dict()
+            return Delta(getattr(ra, field) if ra else zero, getattr(rb, field) if rb else zero)
+
+        ops.append(
+            OpDelta(
+                name=name,
+                presence=_presence(ra is not None, rb is not None),
+                calls=both("calls"),
+                self_device_time_us=both("self_device_time_us"),
+                device_time_us=both("device_time_us"),
+                self_cpu_time_us=both("self_cpu_time_us"),
+            )
+        )
+    ops.sort(key=lambda o: (-abs(o.self_device_time_us.delta), o.name))
+
+    regions: list[RegionDelta] = []
+    for path in sorted(a.regions.keys() | b.regions.keys()):
+        sa, sb = a.regions.get(path), b.regions.get(path)
+        sta = sa.region_stats if sa else None
+        stb = sb.region_stats if sb else None
+        regions.append(
+            RegionDelta(
+                path=path,
+                presence=_presence(sa is not None, sb is not None),
+                occurrences=Delta(sta.occurrences if sta else 0, stb.occurrences if stb else 0),
+                wall_time_us=Delta(sta.wall_time_us if sta else 0.0, stb.wall_time_us if stb else 0.0),
+                device_time_us=Delta(sa.total_device_time_us if sa else 0.0, sb.total_device_time_us if sb else 0.0),
+            )
+        )
+    return SummaryDiff(
+        device_a=a.device,
+        device_b=b.device,
+        total=Delta(a.total_device_time_us, b.total_device_time_us),
+        ops=tuple(ops),
+        regions=tuple(regions),
+    )

@@ -1,0 +1,122 @@
+"""``neuronscope diff A B``: what changed between two profiles; optionally a CI gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import JSON_SCHEMA_VERSION, emit_json, load_source, source_json, top_option
+from ._group import EXIT_FAILURE, cli
+
+
+@cli.command("diff")
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@top_option(20)
+@click.option("--by-region", "-r", is_flag=True, help="Add a table of per-region changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema below) instead of tables.")
+@click.option(
+    "--fail-if-slower",
+    "fail_pct",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="Exit 1 if B's total self device time (and each --op) is more than PCT percent above A's.",
+)
+@click.option(
+    "--op",
+    "ops",
+    multiple=True,
+    metavar="NAME",
+    help="Also gate this op's self device time (repeatable; needs --fail-if-slower). A new op counts as slower.",
+)
+def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: float | None, ops: tuple[str, ...]) -> int:
+    """Compare two profiles: A (baseline) and B (candidate), run directories or traces.
+
+    Ops are matched by name and sorted by how much their self device time changed; a
+    positive change means B is slower. Percentages are relative to A.
+
+    \b
+    As a CI performance gate:
+      neuronscope diff baseline/ candidate/ --fail-if-slower 5 --op aten::mm
+    exits 1 when the total self device time, or aten::mm's, grew more than 5 %.
+
+    \b
+    JSON output (--json), schema_version 1; D = {"a": num, "b": num,
+    "delta": num, "pct": float|null} (pct null when a is 0 and b is not):
+      {
+        "schema_version": 1,
+        "a": Source, "b": Source,          # as in `show --json`
+        "device_a": str, "device_b": str,
+        "total_device_time_us": D,
+        "op_count": int,                   # ops in A or B (before --top)
+        "top": int,
+        "ops": [{"name": str, "presence": "both"|"only_a"|"only_b",
+                 "calls": D, "self_device_time_us": D,
+                 "device_time_us": D, "self_cpu_time_us": D}, ...],
+        "regions": [{"path": str, "presence": str, "occurrences": D,
+                     "wall_time_us": D, "device_time_us": D}, ...],
+        "only_in_a": [str], "only_in_b": [str],
+        "gate": null | {"fail_if_slower_pct": float, "ops": [str],
+                        "passed": bool,
+                        "regressions": [{"what": "total"|"op", "name": str,
+                                         "a_us": float, "b_us": float,
+                                         "pct": float|null}, ...]}
+      }
+    """
+    if ops and fail_pct is None:
+        raise click.UsageError("--op NAME only makes sense with --fail-if-slower PCT", ctx=click.get_current_context())
+    from ..analysis.diff import diff_summaries
+
+    src_a, src_b = load_source(a), load_source(b)
+    d = diff_summaries(src_a.summary, src_b.summary)
+    missing = [name for name in ops if name not in d]
+    if missing:
+        examples = ", ".join(o.name for o in d.ops[:5])
+        raise click.BadParameter(
+            f"{', '.join(repr(m) for m in missing)} is in neither A nor B (ops include: {examples})",
+            param_hint="'--op'",
+        )
+    regressions = d.regressions(fail_pct, ops) if fail_pct is not None else []
+
+    if as_json:
+        data: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "a": source_json(src_a), "b": source_json(src_b)}
+        full = d.to_dict()
+        full.pop("schema_version")
+        data.update(full)
+        data["op_count"] = len(d.ops)
+        data["top"] = top
+        data["ops"] = data["ops"][:top] if top else data["ops"]
+        data["gate"] = (
+            None
+            if fail_pct is None
+            else {
+                "fail_if_slower_pct": fail_pct,
+                "ops": list(ops),
+                "passed": not regressions,
+                "regressions": [r.to_dict() for r in regressions],
+            }
+        )
+        emit_json(data)
+    else:
+        from ..report.terminal import diff_renderable, make_console
+
+        console = make_console()
+        labels = (f"{src_a.label}  {src_a.path or ''}".rstrip(), f"{src_b.label}  {src_b.path or ''}".rstrip())
+        console.print(diff_renderable(d, console, top=top or None, by_region=by_region, labels=labels))
+    if fail_pct is not None:
+        err = make_err_console()
+        if regressions:
+            for r in regressions:
+                err.print(f"FAIL: {r.describe()} is more than {fail_pct:g}% slower", style="red", markup=False, soft_wrap=True)
+            return EXIT_FAILURE
+        checked = "total device time" + (f" and {', '.join(ops)}" if ops else "")
+        err.print(f"OK: {checked} within {fail_pct:g}% of A", style="green", markup=False, soft_wrap=True)
+    return 0
+
+
+def make_err_console():  # noqa: ANN201 - a rich Console, imported lazily
+    from ..report.terminal import make_console
+
+    return make_console(stderr=True)

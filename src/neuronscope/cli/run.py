@@ -1,0 +1,211 @@
+"""``neuronscope run [options] script.py [args...]``: run a script under a profile.
+
+Like ``python -m cProfile script.py``: the script runs in this process as ``__main__`` with
+``sys.argv = [script, *args]`` and its directory first on ``sys.path``, inside
+``neuronscope.profile_neuron(name=<script stem>)``. Its stdout is untouched (the summary
+goes to stderr) and its exit status is ours: ``sys.exit(n)`` exits n, an uncaught
+exception prints its traceback and exits 1 — after the profile has been summarised.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import click
+
+from ._group import EXIT_FAILURE, Failure, cli
+
+_DEVICES = ("auto", "neuron", "cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of ``run`` that configure neuronscope beyond the profile itself."""
+
+    op_spans: bool = False
+    otlp_endpoint: str | None = None
+    neuron_inspect: bool = False
+
+
+def _apply_run_options(opts: RunOptions) -> None:
+    """Configure neuronscope for the script before it starts.
+
+    LEAD: wire these up, then drop the "not available yet" errors:
+      * --op-spans        -> one OpenTelemetry span per op (neuronscope.configure(...))
+      * --otlp-endpoint   -> neuronscope.configure(otlp_endpoint=...) (OpenTelemetry export)
+      * --neuron-inspect  -> set the Neuron runtime's inspect env vars for the script
+    """
+    for flag, used in (
+        ("--op-spans", opts.op_spans),
+        ("--otlp-endpoint", opts.otlp_endpoint is not None),
+        ("--neuron-inspect", opts.neuron_inspect),
+    ):
+        if used:
+            raise click.UsageError(f"{flag} is not available yet in this version of neuronscope; run without it")
+
+
+@cli.command(
+    "run",
+    context_settings={"allow_interspersed_args": False},  # everything after SCRIPT is the script's
+)
+@click.option("--output-dir", "-o", type=click.Path(file_okay=False), default=None, help="Where the run directory goes (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs).")
+@click.option("--device", "-d", type=click.Choice(_DEVICES), default="auto", show_default=True, help="Device to profile; auto prefers neuron, then cuda, then cpu.")
+@click.option("--module", "-m", "as_module", is_flag=True, help="SCRIPT is a module name to run like `python -m` (e.g. -m mypkg.train).")
+@click.option("--top", "-n", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="Ops in the summary printed at the end (0 = all).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the run directory at the end, not the op table.")
+# -- reserved for the lead: accepted now, rejected with a clear message by _apply_run_options --
+@click.option("--op-spans", is_flag=True, help="Export one OpenTelemetry span per op (not available yet).")
+@click.option("--otlp-endpoint", metavar="URL", default=None, help="Send spans to this OTLP endpoint (not available yet).")
+@click.option("--neuron-inspect", is_flag=True, help="Capture the Neuron runtime's inspect output for the script (not available yet).")
+@click.argument("script", metavar="SCRIPT")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
+def run(
+    output_dir: str | None,
+    device: str,
+    as_module: bool,
+    top: int,
+    quiet: bool,
+    op_spans: bool,
+    otlp_endpoint: str | None,
+    neuron_inspect: bool,
+    script: str,
+    script_args: tuple[str, ...],
+) -> int:
+    """Run a Python script (or -m module) under a profile and print its summary.
+
+    \b
+    Examples:
+      neuronscope run train.py --epochs 1
+      neuronscope run --device cpu -o runs/ examples/rmsnorm.py --steps 5
+      neuronscope run -m mypkg.serve --port 8000
+
+    Options go before SCRIPT; everything after it is passed to the script. The script's
+    output and exit status are preserved; the summary goes to stderr.
+    """
+    _apply_run_options(RunOptions(op_spans=op_spans, otlp_endpoint=otlp_endpoint, neuron_inspect=neuron_inspect))
+    import neuronscope as ns
+
+    target, argv0, name = _resolve(script, as_module)
+    try:
+        profile = ns.profile_neuron(name=name, output_dir=output_dir, device=device)
+    except ns.DeviceUnavailableError as exc:
+        raise Failure(f"--device {device}: {exc}") from exc
+
+    code, run_obj = _run_profiled(profile, target, argv0, as_module, list(script_args))
+    _print_summary(run_obj, top, quiet)
+    return code
+
+
+def _resolve(script: str, as_module: bool) -> tuple[str, str, str]:
+    """(what to run, sys.argv[0] for it, profile name)."""
+    if as_module:
+        try:
+            spec = importlib.util.find_spec(script)
+        except (ImportError, ValueError) as exc:
+            spec, err = None, exc
+        else:
+            err = None
+        if spec is None:
+            why = f": {err}" if err else ""
+            raise Failure(f"-m {script}: no module named {script!r}{why}; check the name and that it is importable from here")
+        return script, spec.origin or script, script.rsplit(".", 1)[-1]
+    path = Path(script)
+    if not path.exists():
+        raise Failure(f"{script}: no such file; give the path of a Python script (or -m MODULE)")
+    if path.is_dir() and not (path / "__main__.py").is_file():
+        raise Failure(f"{script}: is a directory without __main__.py; give a Python script")
+    return str(path), str(path), path.stem if path.is_file() else path.resolve().name
+
+
+def _run_profiled(profile, target: str, argv0: str, as_module: bool, args: list[str]):  # noqa: ANN001, ANN202
+    """Run the target inside ``profile``; return (exit code, Run). Restores sys state after."""
+    saved_argv, saved_path0 = sys.argv[:], (sys.path[0] if sys.path else None)
+    sys.argv[:] = [argv0, *args]
+    if as_module:
+        entry = os.getcwd()  # like `python -m`: the current directory comes first
+    else:
+        entry = os.path.dirname(os.path.abspath(target))
+    if sys.path:
+        sys.path[0] = entry
+    else:
+        sys.path.insert(0, entry)
+    code = 0
+    run_obj = None
+    try:
+        try:
+            with profile as run_obj:
+                try:
+                    if as_module:
+                        runpy.run_module(target, run_name="__main__", alter_sys=True)
+                    else:
+                        runpy.run_path(target, run_name="__main__")
+                except SystemExit as exc:  # sys.exit() is the script's answer, not an error
+                    code = _exit_code(exc.code)
+        except KeyboardInterrupt:
+            _print_script_traceback(sys.exc_info()[2], argv0)
+            code = 130
+        except BaseException as exc:  # noqa: BLE001 - the script's exception: show it, exit 1
+            _print_script_traceback(exc.__traceback__, argv0, exc)
+            code = EXIT_FAILURE
+    finally:
+        sys.argv[:] = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+    return code, run_obj
+
+
+def _exit_code(value: object) -> int:
+    """Python's rules for ``SystemExit.code``: None -> 0, int -> itself, else print it and 1."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    sys.stderr.write(f"{value}\n")
+    return 1
+
+
+def _print_script_traceback(tb: TracebackType | None, script_file: str, exc: BaseException | None = None) -> None:
+    """The traceback as Python prints it, starting at the script's frame (not ours or runpy's)."""
+    exc = exc if exc is not None else sys.exc_info()[1]
+    start = tb
+    wanted = os.path.abspath(script_file)
+    while start is not None and os.path.abspath(start.tb_frame.f_code.co_filename) != wanted:
+        start = start.tb_next
+    if exc is None:
+        return
+    if start is None:  # e.g. a syntax error in the script: the error itself says where
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+    else:
+        sys.stderr.write("".join(traceback.format_exception(type(exc), exc, start)))
+    sys.stderr.flush()
+
+
+def _print_summary(run_obj, top: int, quiet: bool) -> None:  # noqa: ANN001
+    from ..report.sources import Source
+    from ..report.terminal import header_renderable, make_console, summary_renderable
+
+    err = make_console(stderr=True)
+    if run_obj is None:
+        err.print("neuronscope: the profile did not start; no summary", style="yellow")
+        return
+    run_obj.wait(60)
+    summary = run_obj.summary
+    if summary is None:
+        err.print(f"neuronscope: no summary (profile {run_obj.status}); see the log above", style="yellow", markup=False)
+        return
+    src = Source(label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest))
+    err.rule("neuronscope", style="dim")
+    if not quiet:
+        err.print(header_renderable(src))
+        err.print()
+        err.print(summary_renderable(summary, err, top=top or None))
+    if run_obj.path is not None:
+        err.print(f"run directory: {run_obj.path}", markup=False, soft_wrap=True)
+        err.print(f"  neuronscope show {run_obj.path} --by-region", style="dim", markup=False, soft_wrap=True)

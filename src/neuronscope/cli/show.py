@@ -1,0 +1,91 @@
+"""``neuronscope show PATH``: the per-op table of one run directory or trace file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ._common import JSON_SCHEMA_VERSION, emit_json, load_source, op_json, sort_option, source_json, summary_ops, top_option
+from ._group import cli
+
+
+@cli.command("show")
+@click.argument("path", metavar="PATH")
+@top_option(20)
+@sort_option
+@click.option("--by-region", "-r", is_flag=True, help="Add a table of regions and each region's own op table.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema below) instead of tables.")
+def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None:
+    """Show where device time went, per op, in a run directory or Kineto trace.
+
+    PATH is a neuronscope run directory (holding manifest.json), a directory holding one
+    trace.json(.gz), or any Kineto trace.json / trace.json.gz (TensorBoard, TorchNeuron).
+
+    \b
+    JSON output (--json), schema_version 1; times in microseconds:
+      {
+        "schema_version": 1,
+        "source": {"label": str, "kind": "run"|"trace", "path": str|null,
+                   "device": "cpu"|"cuda"|"neuron"},
+        "device": str,
+        "total_device_time_us": float,   # sum of self device time of all ops
+        "total_cpu_time_us": float,
+        "op_count": int,                 # ops in the profile (before --top)
+        "sort": str, "top": int,         # as given; top 0 = all
+        "ops": [Op, ...],                # sorted by --sort, first --top
+        "regions": [{"path": str, "occurrences": int, "wall_time_us": float,
+                     "total_device_time_us": float, "op_count": int,
+                     "ops": [Op, ...]}, ...],   # always present, by path
+        "warnings": [str, ...]
+      }
+      Op = {"name": str, "calls": int, "self_device_time_us": float,
+            "device_time_us": float, "device_pct": float,   # share of the total, %
+            "self_cpu_time_us": float, "cpu_time_us": float,
+            "first_start_ns": int, "last_end_ns": int}      # Unix-epoch ns
+    New keys may be added within a schema_version; existing ones keep their meaning.
+    """
+    src = load_source(path)
+    summary = src.summary
+    if as_json:
+        emit_json(_show_json(src, sort, top))
+        return
+    from ..report.terminal import header_renderable, make_console, regions_renderable, summary_renderable
+
+    console = make_console()
+    console.print(header_renderable(src))
+    console.print()
+    console.print(summary_renderable(summary, console, top=top or None, sort=sort))
+    if by_region:
+        console.print()
+        console.print(regions_renderable(summary, console, top=top or None, sort=sort))
+
+
+def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
+    s = src.summary
+    regions = []
+    for path, region in s.regions.items():
+        st = region.region_stats
+        regions.append(
+            {
+                "path": path,
+                "occurrences": st.occurrences if st else 0,
+                "wall_time_us": st.wall_time_us if st else 0.0,
+                "total_device_time_us": region.total_device_time_us,
+                "op_count": len(region),
+                "ops": [op_json(r) for r in summary_ops(region, sort, top)],
+            }
+        )
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "source": source_json(src),
+        "device": s.device,
+        "total_device_time_us": s.total_device_time_us,
+        "total_cpu_time_us": s.total_cpu_time_us,
+        "op_count": len(s),
+        "sort": sort,
+        "top": top,
+        "ops": [op_json(r) for r in summary_ops(s, sort, top)],
+        "regions": regions,
+        "warnings": list(s.warnings),
+    }

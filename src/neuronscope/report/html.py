@@ -1,0 +1,524 @@
+"""A self-contained HTML report: one file, no network at view time, charts as inline SVG.
+
+    from neuronscope.report.html import render_html, write_html
+    write_html(run, "report.html")                  # a Run, Summary, Trace or a path
+    write_html("runs/before", "diff.html", other="runs/after")
+
+Contents, per profile: a bar chart of self device time per op (with shares), the full op
+table (click a header to sort), the region breakdown, a timeline of device activity, the
+run's manifest and links to the run directory's raw files. Given two profiles, a diff view
+comes first. Stable hooks for tests and scripts (``<k>`` is ``a``, or ``b`` for the second):
+
+* ``svg#op-chart-<k>.op-chart`` with one ``rect.op-bar`` per op drawn (``data-op``,
+  ``data-self-device-us``, ``data-pct``); ``data-bars`` on the svg says how many;
+* ``svg#region-chart-<k>`` with ``rect.region-bar`` (``data-region``);
+* ``svg#timeline-<k>.timeline`` with ``g.tl-lane`` (``data-mode`` = ``events`` | ``bins``)
+  holding ``rect.tl-event`` or ``rect.tl-bin``;
+* ``a.raw-file`` links; ``table.manifest``; ``svg#diff-chart`` with ``rect.diff-bar``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import torch
+
+from .._version import __version__
+from ..analysis.diff import SummaryDiff, diff_summaries
+from ..analysis.nesting import nest
+from ..analysis.summary import Summary
+from ..trace.model import EventKind, Trace
+from ._assets import CSS, JS
+from .sources import Source, as_source
+from .text import format_us
+
+__all__ = ["render_html", "write_html"]
+
+_W = 960  # viewBox width of every chart; the svg scales to the page
+_LABEL_W = 300  # room for op names left of the bars
+_ROW_H = 22
+_PALETTE = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568", "#e53e3e", "#3182ce")
+_STEP_MARKER = "ProfilerStep#"
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _short(name: str, n: int = 44) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def _colour(name: str) -> str:
+    return _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
+
+
+# -- op bars -----------------------------------------------------------------------------------
+
+
+def _op_chart(summary: Summary, key: str, top: int) -> str:
+    rows = summary.rows[:top] if top else summary.rows
+    if not rows:
+        return '<p class="empty">no ops in this profile</p>'
+    peak = max(r.self_device_time_us for r in rows) or 1.0
+    bar_w = _W - _LABEL_W - 150
+    h = _ROW_H * len(rows) + 8
+    out = [
+        f'<svg id="op-chart-{key}" class="chart op-chart" data-run="{key}" data-bars="{len(rows)}" '
+        f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="self device time per op">'
+    ]
+    for i, r in enumerate(rows):
+        y = 4 + i * _ROW_H
+        w = max(bar_w * r.self_device_time_us / peak, 0.5)
+        label = f"{r.device_pct:.1f}%  {format_us(r.self_device_time_us)}  ×{r.calls}"
+        out.append(
+            f'<g class="op-row"><title>{_e(r.name)}: {_e(label)}</title>'
+            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(r.name))}</text>'
+            f'<rect class="op-bar" x="{_LABEL_W}" y="{y + 3}" width="{w:.2f}" height="{_ROW_H - 6}" '
+            f'fill="{_colour(r.name)}" data-op="{_e(r.name)}" data-self-device-us="{r.self_device_time_us:.3f}" '
+            f'data-pct="{r.device_pct:.3f}"/>'
+            f'<text x="{_LABEL_W + w + 6:.2f}" y="{y + 15}" class="value">{_e(label)}</text></g>'
+        )
+    out.append("</svg>")
+    hidden = len(summary.rows) - len(rows)
+    if hidden > 0:
+        rest = sum(r.device_pct for r in summary.rows[len(rows) :])
+        out.append(f'<p class="note">{hidden} more ops ({rest:.1f}% of self device time) are in the table below.</p>')
+    return "".join(out)
+
+
+def _op_table(summary: Summary, key: str) -> str:
+    head = (
+        "<tr><th>Op</th><th>Calls</th><th>Self device</th><th>%</th><th>Device total</th>"
+        "<th>Self CPU</th><th>CPU total</th></tr>"
+    )
+    body = "".join(
+        f"<tr><td>{_e(r.name)}</td>"
+        + "".join(
+            f'<td data-v="{v}">{t}</td>'
+            for v, t in (
+                (r.calls, r.calls),
+                (r.self_device_time_us, format_us(r.self_device_time_us)),
+                (r.device_pct, f"{r.device_pct:.2f}%"),
+                (r.device_time_us, format_us(r.device_time_us)),
+                (r.self_cpu_time_us, format_us(r.self_cpu_time_us)),
+                (r.cpu_time_us, format_us(r.cpu_time_us)),
+            )
+        )
+        + "</tr>"
+        for r in summary.rows
+    )
+    return (
+        f'<details class="all-ops"><summary>All {len(summary.rows)} ops (click a column header to sort)</summary>'
+        f'<table id="op-table-{key}" class="op-table sortable"><thead>{head}</thead><tbody>{body}</tbody></table></details>'
+    )
+
+
+# -- regions -----------------------------------------------------------------------------------
+
+
+def _regions(summary: Summary, key: str) -> str:
+    if not summary.regions:
+        return '<p class="empty">no regions (wrap code in <code>neuronscope.region("name")</code> to see a breakdown)</p>'
+    items = list(summary.regions.items())
+    total = summary.total_device_time_us
+    peak = max(max(s.total_device_time_us, s.region_stats.wall_time_us if s.region_stats else 0.0) for _, s in items) or 1.0
+    bar_w = _W - _LABEL_W - 170
+    h = _ROW_H * len(items) + 8
+    out = [
+        f'<svg id="region-chart-{key}" class="chart region-chart" data-run="{key}" data-bars="{len(items)}" '
+        f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="device and wall time per region">'
+    ]
+    rows = []
+    for i, (path, s) in enumerate(items):
+        st = s.region_stats
+        wall = st.wall_time_us if st else 0.0
+        dev = s.total_device_time_us
+        pct = 100.0 * dev / total if total else 0.0
+        y = 4 + i * _ROW_H
+        label = f"{format_us(dev)} device ({pct:.1f}%), wall {format_us(wall)}"
+        out.append(
+            f'<g class="region-row"><title>{_e(path)}: {_e(label)}</title>'
+            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(path))}</text>'
+            f'<rect class="region-wall" x="{_LABEL_W}" y="{y + 3}" width="{max(bar_w * wall / peak, 0.5):.2f}" height="{_ROW_H - 6}"/>'
+            f'<rect class="region-bar" x="{_LABEL_W}" y="{y + 6}" width="{max(bar_w * dev / peak, 0.5):.2f}" '
+            f'height="{_ROW_H - 12}" data-region="{_e(path)}" data-device-us="{dev:.3f}" data-wall-us="{wall:.3f}"/>'
+            f'<text x="{_LABEL_W + bar_w * max(wall, dev) / peak + 6:.2f}" y="{y + 15}" class="value">{_e(label)}</text></g>'
+        )
+        top_op = s.rows[0].name if s.rows else "-"
+        rows.append(
+            f'<tr><td>{_e(path)}</td><td data-v="{st.occurrences if st else 0}">{st.occurrences if st else 0}</td>'
+            f'<td data-v="{wall}">{format_us(wall)}</td><td data-v="{dev}">{format_us(dev)}</td>'
+            f'<td data-v="{pct}">{pct:.1f}%</td><td>{_e(top_op)}</td></tr>'
+        )
+    out.append("</svg>")
+    out.append(
+        '<p class="legend"><span class="sw region-bar-sw"></span> device time of the ops inside '
+        '<span class="sw region-wall-sw"></span> wall time</p>'
+        f'<table id="region-table-{key}" class="region-table sortable"><thead><tr><th>Region</th><th>Runs</th>'
+        f'<th>Wall</th><th>Device</th><th>%</th><th>Top op</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+    return "".join(out)
+
+
+# -- timeline ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Lane:
+    label: str
+    start: torch.Tensor  # int64 ns, absolute
+    end: torch.Tensor
+    name_id: torch.Tensor
+    kind: str  # "device" | "region"
+
+
+def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
+    """Device-activity lanes (busiest first) and region lanes (one per nesting depth).
+
+    On a CPU profile device time is CPU op time, so the lanes are CPU threads and only the
+    outermost op of each nest is drawn (its children run inside it).
+    """
+    lanes: list[_Lane] = []
+    kind = trace.kind
+    end_all = trace.start_ns + trace.duration_ns
+    if device == "cpu":
+        idx = torch.nonzero(kind == EventKind.OP).flatten()
+        if idx.numel():
+            n = nest(trace.thread[idx], trace.start_ns[idx], end_all[idx])
+            idx = idx[n.order][n.depth == 0]
+        label = "thread"
+    else:
+        idx = torch.nonzero(kind == EventKind.DEVICE).flatten()
+        label = "stream"
+    dropped = 0
+    if idx.numel():
+        threads = trace.thread[idx]
+        uniq = torch.unique(threads)
+        busy = [(int(t), int(trace.duration_ns[idx[threads == t]].sum())) for t in uniq.tolist()]
+        busy.sort(key=lambda tb: -tb[1])
+        dropped = max(len(busy) - 12, 0)
+        for n_lane, (t, _) in enumerate(busy[:12]):
+            sel = idx[threads == t]
+            sel = sel[torch.argsort(trace.start_ns[sel])]
+            lanes.append(_Lane(f"{label} {n_lane}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "device"))
+    # Regions (not torch's ProfilerStep# markers), one lane per nesting depth, at most three.
+    is_step = torch.tensor([nm.startswith(_STEP_MARKER) for nm in trace.names] or [False], dtype=torch.bool)
+    ridx = torch.nonzero((kind == EventKind.REGION) & ~is_step[trace.name_id.clamp(max=len(is_step) - 1)]).flatten()
+    if ridx.numel():
+        n = nest(trace.thread[ridx], trace.start_ns[ridx], end_all[ridx])
+        ordered = ridx[n.order]
+        for d in range(min(int(n.depth.max()) + 1, 3)):
+            sel = ordered[n.depth == d]
+            sel = sel[torch.argsort(trace.start_ns[sel])]
+            lanes.append(_Lane(f"regions {d}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"))
+    return lanes, dropped
+
+
+def _busy_bins(start: torch.Tensor, end: torch.Tensor, t0: int, span: int, n: int) -> torch.Tensor:
+    """Fraction of each of ``n`` equal bins of [t0, t0+span) covered by the intervals."""
+    s = (start - t0).double() / span * n
+    e = (end - t0).double() / span * n
+    b0 = s.floor().long().clamp(0, n - 1)
+    b1 = e.floor().long().clamp(0, n - 1)
+    out = torch.zeros(n, dtype=torch.float64)
+    same = b0 == b1
+    out.index_add_(0, b0[same], (e - s)[same])
+    span_many = ~same
+    out.index_add_(0, b0[span_many], (b0[span_many] + 1).double() - s[span_many])
+    out.index_add_(0, b1[span_many], e[span_many] - b1[span_many].double())
+    cover = torch.zeros(n + 1, dtype=torch.float64)  # bins strictly inside an interval are full
+    cover.index_add_(0, b0[span_many] + 1, torch.ones(int(span_many.sum()), dtype=torch.float64))
+    cover.index_add_(0, b1[span_many], -torch.ones(int(span_many.sum()), dtype=torch.float64))
+    out += torch.cumsum(cover, 0)[:n]
+    return out.clamp_(0.0, 1.0)
+
+
+def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
+    trace = source.trace
+    if trace is None:
+        return '<p class="empty timeline-missing">no trace saved with this run, so no timeline (profile with save_trace=True)</p>'
+    lanes, dropped = _lanes(trace, source.device)
+    lanes = [ln for ln in lanes if ln.start.numel()]
+    if not lanes:
+        return '<p class="empty timeline-missing">the trace holds no device activity to draw</p>'
+    t0 = min(int(ln.start.min()) for ln in lanes)
+    t1 = max(int(ln.end.max()) for ln in lanes)
+    span = max(t1 - t0, 1)
+    x0, x1 = 150, _W - 10
+    lane_h, gap, axis_h = 26, 6, 24
+    h = axis_h + len(lanes) * (lane_h + gap)
+    budget = max(max_rects // len(lanes), 1)
+    total_events = sum(int(ln.start.numel()) for ln in lanes)
+    parts: list[str] = []
+    drawn = 0
+
+    def x(t: float) -> float:
+        return x0 + (t - t0) / span * (x1 - x0)
+
+    for i, ln in enumerate(lanes):
+        y = axis_h + i * (lane_h + gap)
+        count = int(ln.start.numel())
+        mode = "events" if count <= budget else "bins"
+        parts.append(
+            f'<g class="tl-lane tl-{ln.kind}" data-lane="{_e(ln.label)}" data-mode="{mode}" data-events="{count}">'
+            f'<text x="{x0 - 8}" y="{y + 17}" text-anchor="end" class="label">{_e(ln.label)}</text>'
+            f'<rect class="tl-bg" x="{x0}" y="{y}" width="{x1 - x0}" height="{lane_h}"/>'
+        )
+        if mode == "events":
+            for s, e_, nid in zip(ln.start.tolist(), ln.end.tolist(), ln.name_id.tolist()):
+                name = trace.names[nid]
+                xs, xe = x(s), x(e_)
+                parts.append(
+                    f'<rect class="tl-event" x="{xs:.2f}" y="{y + 2}" width="{max(xe - xs, 0.6):.2f}" height="{lane_h - 4}" '
+                    f'fill="{_colour(name)}" data-op="{_e(name)}"><title>{_e(name)} {format_us((e_ - s) / 1e3)} '
+                    f"at +{format_us((s - t0) / 1e3)}</title></rect>"
+                )
+                drawn += 1
+        else:
+            frac = _busy_bins(ln.start, ln.end, t0, span, bins)
+            w = (x1 - x0) / bins
+            for b in torch.nonzero(frac > 0).flatten().tolist():
+                f = float(frac[b])
+                parts.append(
+                    f'<rect class="tl-bin" x="{x0 + b * w:.2f}" y="{y + 2}" width="{w + 0.05:.2f}" height="{lane_h - 4}" '
+                    f'fill-opacity="{0.15 + 0.85 * f:.3f}" data-busy="{f:.3f}"><title>{100 * f:.0f}% busy '
+                    f"at +{format_us(b * span / bins / 1e3)}</title></rect>"
+                )
+                drawn += 1
+        parts.append("</g>")
+    ticks = "".join(
+        f'<line class="tick" x1="{x0 + k * (x1 - x0) / 4:.2f}" x2="{x0 + k * (x1 - x0) / 4:.2f}" y1="{axis_h - 4}" y2="{h}"/>'
+        f'<text class="tick-label" x="{x0 + k * (x1 - x0) / 4:.2f}" y="{axis_h - 8}" '
+        f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">+{format_us(k * span / 4 / 1e3)}</text>'
+        for k in range(5)
+    )
+    mode_note = "" if drawn == total_events else f" ({total_events} events aggregated into {bins} time bins where a lane has more than {budget})"
+    lane_note = f"; {dropped} quieter lanes not drawn" if dropped else ""
+    return (
+        f'<svg id="timeline-{key}" class="chart timeline" data-run="{key}" data-events="{total_events}" data-drawn="{drawn}" '
+        f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="timeline of device activity">{ticks}{"".join(parts)}</svg>'
+        f'<p class="note">{_e(source.device)} activity over {format_us(span / 1e3)}{_e(mode_note)}{_e(lane_note)}. '
+        "Hover for names and durations.</p>"
+    )
+
+
+# -- metadata and files ------------------------------------------------------------------------
+
+
+def _iso(ns: Any) -> str:
+    try:
+        return datetime.fromtimestamp(int(ns) / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(ns)
+
+
+def _manifest(source: Source, key: str) -> str:
+    m = dict(source.manifest)
+    rows: list[tuple[str, str]] = [("source", f"{source.kind}: {source.path or '(in memory)'}"), ("device", source.device)]
+    for k in ("start_ns", "end_ns"):
+        if m.get(k):
+            rows.append((k.replace("_ns", " (UTC)"), _iso(m[k])))
+    if m.get("start_ns") and m.get("end_ns"):
+        rows.append(("wall time", format_us((int(m["end_ns"]) - int(m["start_ns"])) / 1e3)))
+    for k, v in m.items():
+        if k in ("files", "device"):
+            continue
+        rows.append((k, v if isinstance(v, str) else json.dumps(v, default=str)))
+    body = "".join(f"<tr><th>{_e(k)}</th><td><code>{_e(v)}</code></td></tr>" for k, v in rows)
+    return f'<table id="manifest-{key}" class="manifest">{body}</table>'
+
+
+def _href(path: Path, link_base: Path | None) -> str:
+    if link_base is not None:
+        try:
+            return quote(os.path.relpath(path.resolve(), link_base.resolve()).replace(os.sep, "/"))
+        except ValueError:  # another drive on Windows
+            pass
+    return path.resolve().as_uri()
+
+
+def _files(source: Source, key: str, link_base: Path | None) -> str:
+    files = source.files()
+    if not files:
+        return '<p class="empty">no files (an in-memory profile)</p>'
+    root = source.path if source.path is not None and source.path.is_dir() else None
+    items = "".join(
+        f'<li><a class="raw-file" href="{_e(_href(p, link_base))}">{_e(p.relative_to(root) if root else p.name)}</a> '
+        f'<span class="size">{size / 1e3:,.1f} kB</span></li>'
+        for p, size in files
+    )
+    where = f'<p class="note">in <code>{_e(source.path)}</code></p>'
+    return f'{where}<ul id="files-{key}" class="files">{items}</ul>'
+
+
+# -- diff --------------------------------------------------------------------------------------
+
+
+def _pct(p: float | None, presence: str = "both") -> str:
+    if presence == "only_b" or p is None:
+        return "new"
+    if presence == "only_a":
+        return "gone"
+    return f"{p:+.1f}%"
+
+
+def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
+    ops = d.ops[:top] if top else d.ops
+    cls = "worse" if d.total.delta > 0 else "better"
+    head = (
+        f'<div class="cards"><div class="card"><div class="k">A</div><div class="v">{_e(a.label)}</div>'
+        f'<div class="s">{format_us(d.total.a)}</div></div>'
+        f'<div class="card"><div class="k">B</div><div class="v">{_e(b.label)}</div><div class="s">{format_us(d.total.b)}</div></div>'
+        f'<div class="card {cls}"><div class="k">self device time</div><div id="diff-total" class="v" '
+        f'data-pct="{d.total.pct if d.total.pct is not None else ""}">{_pct(d.total.pct)}</div>'
+        f'<div class="s">{"+" if d.total.delta >= 0 else "−"}{format_us(abs(d.total.delta))}</div></div></div>'
+    )
+    if d.device_a != d.device_b:
+        head += f'<p class="warning">comparing a {_e(d.device_a)} profile with a {_e(d.device_b)} profile</p>'
+    if not ops:
+        return head + '<p class="empty">no ops in either profile</p>'
+    peak = max(abs(o.self_device_time_us.delta) for o in ops) or 1.0
+    mid = _LABEL_W + (_W - _LABEL_W) / 2
+    half = (_W - _LABEL_W) / 2 - 90
+    h = _ROW_H * len(ops) + 8
+    out = [
+        head,
+        f'<svg id="diff-chart" class="chart diff-chart" data-bars="{len(ops)}" viewBox="0 0 {_W} {h}" width="100%" '
+        'role="img" aria-label="change of self device time per op">'
+        f'<line class="axis" x1="{mid}" x2="{mid}" y1="0" y2="{h}"/>',
+    ]
+    rows = []
+    for i, o in enumerate(ops):
+        sd = o.self_device_time_us
+        y = 4 + i * _ROW_H
+        w = max(half * abs(sd.delta) / peak, 0.5)
+        x = mid if sd.delta >= 0 else mid - w
+        tag = _pct(sd.pct, o.presence)
+        label = f"{tag} ({'+' if sd.delta >= 0 else '−'}{format_us(abs(sd.delta))})"
+        tx, anchor = (mid + w + 6, "start") if sd.delta >= 0 else (mid - w - 6, "end")
+        out.append(
+            f'<g class="diff-row"><title>{_e(o.name)}: {format_us(sd.a)} → {format_us(sd.b)} {_e(tag)}</title>'
+            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(o.name))}</text>'
+            f'<rect class="diff-bar {"worse" if sd.delta > 0 else "better"}" x="{x:.2f}" y="{y + 3}" width="{w:.2f}" '
+            f'height="{_ROW_H - 6}" data-op="{_e(o.name)}" data-delta-us="{sd.delta:.3f}" data-presence="{o.presence}"/>'
+            f'<text x="{tx:.2f}" y="{y + 15}" text-anchor="{anchor}" class="value">{_e(label)}</text></g>'
+        )
+    for o in d.ops:
+        sd = o.self_device_time_us
+        rows.append(
+            f'<tr class="{o.presence}"><td>{_e(o.name)}</td><td data-v="{sd.a}">{format_us(sd.a)}</td>'
+            f'<td data-v="{sd.b}">{format_us(sd.b)}</td><td data-v="{sd.delta}">{"+" if sd.delta >= 0 else "−"}'
+            f'{format_us(abs(sd.delta))}</td><td data-v="{sd.pct if sd.pct is not None else 1e300}">{_pct(sd.pct, o.presence)}</td>'
+            f'<td data-v="{o.calls.b}">{o.calls.a}→{o.calls.b}</td></tr>'
+        )
+    out.append("</svg>")
+    out.append(
+        f'<details class="all-ops"><summary>All {len(d.ops)} ops</summary><table id="diff-table" class="diff-table sortable">'
+        "<thead><tr><th>Op</th><th>A self device</th><th>B self device</th><th>Δ</th><th>Δ%</th><th>Calls A→B</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></details>"
+    )
+    if d.regions:
+        rrows = "".join(
+            f'<tr class="{r.presence}"><td>{_e(r.path)}</td><td>{r.occurrences.a}→{r.occurrences.b}</td>'
+            f"<td>{format_us(r.wall_time_us.a)} → {format_us(r.wall_time_us.b)}</td><td>{_pct(r.wall_time_us.pct, r.presence)}</td>"
+            f"<td>{format_us(r.device_time_us.a)} → {format_us(r.device_time_us.b)}</td><td>{_pct(r.device_time_us.pct, r.presence)}</td></tr>"
+            for r in d.regions
+        )
+        out.append(
+            '<h3>Regions</h3><table id="diff-region-table" class="diff-region-table"><thead><tr><th>Region</th><th>Runs A→B</th>'
+            f"<th>Wall</th><th>Wall Δ%</th><th>Device</th><th>Device Δ%</th></tr></thead><tbody>{rrows}</tbody></table>"
+        )
+    return "".join(out)
+
+
+# -- page --------------------------------------------------------------------------------------
+
+
+def _run_section(source: Source, key: str, top: int, link_base: Path | None, max_rects: int, bins: int) -> str:
+    s = source.summary
+    m = source.manifest
+    wall = format_us((int(m["end_ns"]) - int(m["start_ns"])) / 1e3) if m.get("start_ns") and m.get("end_ns") else "-"
+    cards = "".join(
+        f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>'
+        for k, v in (
+            ("device", s.device),
+            ("self device time", format_us(s.total_device_time_us)),
+            ("ops", len(s)),
+            ("regions", len(s.regions)),
+            ("wall time", wall),
+        )
+    )
+    warnings = "".join(f'<p class="warning">{_e(w)}</p>' for w in s.warnings)
+    return (
+        f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
+        f'<div class="cards">{cards}</div>{warnings}'
+        f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}"
+        f"<h3>Regions</h3>{_regions(s, key)}"
+        f"<h3>Timeline</h3>{_timeline(source, key, max_rects, bins)}"
+        f"<h3>Run metadata</h3>{_manifest(source, key)}"
+        f"<h3>Files</h3>{_files(source, key, link_base)}</section>"
+    )
+
+
+def render_html(
+    run_or_summary: Any,
+    other: Any = None,
+    *,
+    title: str | None = None,
+    top: int = 30,
+    link_base: str | os.PathLike[str] | None = None,
+    max_timeline_rects: int = 3000,
+    timeline_bins: int = 480,
+) -> str:
+    """The report as one HTML string.
+
+    ``run_or_summary`` / ``other``: a ``Run``, ``Summary``, ``Trace``, a run directory or
+    trace file path (or a :class:`~neuronscope.report.sources.Source`). With ``other`` the
+    page opens with the diff from the first to the second. ``top``: ops drawn in the bar
+    charts (0 = all; the tables always list all). ``link_base``: the directory the page
+    will be saved in, so links to raw files are relative; without it they are absolute
+    ``file://`` URLs. The timeline draws each event while a lane has at most
+    ``max_timeline_rects / lanes`` of them, else ``timeline_bins`` busy-fraction bins.
+    """
+    a = as_source(run_or_summary)
+    b = as_source(other) if other is not None else None
+    base = Path(link_base) if link_base is not None else None
+    title = title or (f"neuronscope: {a.label} vs {b.label}" if b else f"neuronscope: {a.label}")
+    sections = []
+    nav = []
+    if b is not None:
+        sections.append(f'<section id="diff" class="diff"><h2>Diff: A → B</h2>{_diff(diff_summaries(a.summary, b.summary), a, b, top)}</section>')
+        nav.append('<a href="#diff">diff</a>')
+    for key, src in (("a", a), ("b", b)):
+        if src is not None:
+            sections.append(_run_section(src, key, top, base, max_timeline_rects, timeline_bins))
+            nav.append(f'<a href="#run-{key}">{key.upper()}: {_e(src.label)}</a>')
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="neuronscope {_e(__version__)}"><title>{_e(title)}</title>'
+        f"<style>{CSS}</style></head>"
+        f'<body data-report="{"diff" if b else "single"}" data-schema-version="1">'
+        f'<header><h1>{_e(title)}</h1><p class="note">generated {generated} by neuronscope {_e(__version__)}</p>'
+        f'<nav>{" · ".join(nav)}</nav></header><main>{"".join(sections)}</main>'
+        f"<script>{JS}</script></body></html>\n"
+    )
+
+
+def write_html(run_or_summary: Any, path: str | os.PathLike[str], other: Any = None, **kwargs: Any) -> Path:
+    """Render (see :func:`render_html`) and write to ``path``; raw-file links are relative to it."""
+    target = Path(path)
+    kwargs.setdefault("link_base", target.parent if str(target.parent) else Path("."))
+    text = render_html(run_or_summary, other, **kwargs)
+    target.write_text(text, encoding="utf-8")
+    return target

@@ -1,0 +1,133 @@
+"""What a report describes: a run directory, a Kineto trace file, or an in-memory Run/Summary.
+
+:func:`open_source` turns a path the user typed into a :class:`Source`; :func:`as_source`
+also accepts the objects the Python API hands out. Every failure is a
+:class:`~neuronscope.TraceLoadError` whose message names the path and says what to pass.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import TraceLoadError
+
+if TYPE_CHECKING:
+    from .._run import Run
+    from ..analysis.summary import Summary
+    from ..trace.model import Trace
+
+__all__ = ["Source", "as_source", "find_trace_file", "open_source"]
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_WHAT_TO_PASS = "pass a run directory (holding manifest.json) or a Kineto trace.json(.gz)"
+
+
+@dataclass
+class Source:
+    """One profile, however it was obtained. ``trace`` is loaded on first use (it can be big)."""
+
+    label: str  #: short human name: the run name or the file name
+    kind: Literal["run", "trace", "memory"]
+    summary: "Summary"
+    path: Path | None = None  #: run directory or trace file
+    manifest: dict[str, Any] = field(default_factory=dict)
+    _trace: "Trace | None" = None
+    _trace_loader: Callable[[], "Trace | None"] | None = None
+
+    @property
+    def device(self) -> str:
+        return self.summary.device
+
+    @property
+    def trace(self) -> "Trace | None":
+        """The event-level trace, or None when the source has none (summary-only run)."""
+        if self._trace is None and self._trace_loader is not None:
+            loader, self._trace_loader = self._trace_loader, None
+            self._trace = loader()
+        return self._trace
+
+    def files(self) -> list[tuple[Path, int]]:
+        """The files of a run directory (or the trace file itself), with their sizes in bytes."""
+        if self.path is None:
+            return []
+        if self.path.is_file():
+            return [(self.path, self.path.stat().st_size)]
+        return [(p, p.stat().st_size) for p in sorted(self.path.rglob("*")) if p.is_file()]
+
+
+def find_trace_file(directory: Path) -> Path | None:
+    """``trace.json.gz``/``trace.json`` in ``directory``, else its only ``*.json(.gz)`` file
+    that looks like a trace (TensorBoard's ``<host>_<pid>.<n>.pt.trace.json``)."""
+    for name in ("trace.json.gz", "trace.json"):
+        if (directory / name).is_file():
+            return directory / name
+    candidates = [
+        p
+        for p in directory.iterdir()
+        if p.is_file() and "trace" in p.name and p.name.endswith(_TRACE_SUFFIXES)
+    ]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def open_source(path: str | os.PathLike[str]) -> Source:
+    """Load a run directory or a trace file (what ``neuronscope show PATH`` accepts)."""
+    from ..analysis.summary import summarize
+    from ..sinks.rundir import load_run
+    from ..trace.chrome import load_trace
+
+    p = Path(path)
+    if not p.exists():
+        raise TraceLoadError(f"{p}: no such file or directory; {_WHAT_TO_PASS}")
+    if p.is_dir() and (p / "manifest.json").is_file():
+        return _from_run(load_run(p))
+    if p.is_dir():
+        found = find_trace_file(p)
+        if found is None:
+            raise TraceLoadError(f"{p}: directory holds no manifest.json and no single trace.json(.gz); {_WHAT_TO_PASS}")
+        p = found
+    trace = load_trace(p)
+    return Source(label=p.name, kind="trace", summary=summarize(trace), path=p, manifest=dict(trace.metadata), _trace=trace)
+
+
+def _from_run(run: "Run") -> Source:
+    if run.summary is None:
+        where = run.path or run.name
+        raise TraceLoadError(f"{where}: the run has no summary (status {run.status}); nothing to show")
+
+    def load() -> "Trace | None":
+        try:
+            return run.trace
+        except TraceLoadError:
+            return None  # a damaged trace must not hide the summary we already have
+
+    return Source(
+        label=run.name,
+        kind="run" if run.path is not None else "memory",
+        summary=run.summary,
+        path=run.path,
+        manifest=dict(run.manifest),
+        _trace_loader=load,
+    )
+
+
+def as_source(obj: Any) -> Source:
+    """Accept a :class:`Source`, a ``Run``, a ``Summary``, a ``Trace`` or a path."""
+    from .._run import Run
+    from ..analysis.summary import Summary, summarize
+    from ..trace.model import Trace
+
+    if isinstance(obj, Source):
+        return obj
+    if isinstance(obj, Run):
+        return _from_run(obj)
+    if isinstance(obj, Summary):
+        return Source(label="summary", kind="memory", summary=obj)
+    if isinstance(obj, Trace):
+        return Source(label="trace", kind="memory", summary=summarize(obj), manifest=dict(obj.metadata), _trace=obj)
+    if isinstance(obj, (str, os.PathLike)):
+        return open_source(obj)
+    raise TypeError(f"expected a Run, Summary, Trace or path, not {type(obj).__name__}")

@@ -1,0 +1,240 @@
+"""A profiled call as one OpenTelemetry trace, built after the fact with explicit timestamps.
+
+Modes (``op_spans``):
+
+``summary`` (default)
+    one span per distinct region path (``forward/decoder/attn``) aggregating its
+    occurrences, and under each region (or the root) one span per distinct op that ran
+    directly there. **These spans are aggregates**: a region span starts at its first
+    occurrence and ends at its last; an op span starts at the op's first device execution
+    there and lasts its summed self device time (cut at its parent's end; the true sum is in
+    the attributes). The span count depends on the code's structure, not on loop counts.
+``events``
+    one span per region occurrence and per op execution (device kernels on an accelerator,
+    CPU ops on a CPU), nested as they ran, real timestamps, at most ``max_spans``; the
+    number left out is ``neuronscope.spans_dropped`` on the root.
+``none``
+    the root span only, carrying the top ops as attributes.
+
+All timestamps are Kineto's wall-clock nanoseconds; nothing is "now minus something".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ...analysis.nesting import nest
+from ...trace.model import EventKind
+
+if TYPE_CHECKING:
+    from ..._run import Run
+    from ...analysis.summary import OpStats, Summary
+
+__all__ = ["MAX_ATTRIBUTE_CHARS", "emit_run"]
+
+MAX_ATTRIBUTE_CHARS = 256
+_TOP_OPS_ON_ROOT = 5
+_STEP_MARKER = "ProfilerStep#"
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= MAX_ATTRIBUTE_CHARS else text[: MAX_ATTRIBUTE_CHARS - 1] + "…"
+
+
+def op_attributes(row: "OpStats") -> dict[str, Any]:
+    return {
+        "neuronscope.op.name": _cap(row.name),
+        "neuronscope.op.calls": row.calls,
+        "neuronscope.op.device_time_us": row.device_time_us,
+        "neuronscope.op.self_device_time_us": row.self_device_time_us,
+        "neuronscope.op.device_pct": row.device_pct,
+        "neuronscope.op.cpu_time_us": row.cpu_time_us,
+        "neuronscope.op.self_cpu_time_us": row.self_cpu_time_us,
+    }
+
+
+def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
+    summary = run._summary  # not .summary: that waits for processing, which is us
+    attrs: dict[str, Any] = {
+        "neuronscope.run.name": _cap(run.name),
+        "neuronscope.device": run.device,
+        "neuronscope.op_spans": mode,
+    }
+    if run._path is not None:
+        attrs["neuronscope.run.path"] = _cap(str(run._path.resolve()))
+    if summary is not None:
+        attrs["neuronscope.total_device_time_us"] = summary.total_device_time_us
+        attrs["neuronscope.ops"] = len(summary)
+        top = summary.top(_TOP_OPS_ON_ROOT)
+        if top:
+            attrs["neuronscope.top_op.name"] = _cap(top[0].name)
+            attrs["neuronscope.top_op.device_pct"] = top[0].device_pct
+            attrs["neuronscope.top_ops"] = [_cap(r.name) for r in top]
+            attrs["neuronscope.top_ops.device_pct"] = [r.device_pct for r in top]
+    raw = run.manifest.get("neuron", {}) if isinstance(run.manifest.get("neuron"), dict) else {}
+    for key in ("neff", "ntff", "other"):
+        files = raw.get(f"{key}_files")
+        if files:
+            attrs[f"neuronscope.raw.{key}"] = [_cap(str(f)) for f in files[:64]]
+    if raw.get("explorer_command"):
+        attrs["neuronscope.raw.explorer_command"] = _cap(raw["explorer_command"])
+    if run.warnings:
+        attrs["neuronscope.warnings"] = [_cap(w) for w in run.warnings[:16]]
+    return attrs
+
+
+def emit_run(run: "Run", tracer: Any, mode: str, max_spans: int, parent_context: Any = None) -> tuple[str, str, int]:
+    """Create the spans of one run. Returns (trace id hex, root span id hex, spans created)."""
+    root = tracer.start_span(
+        _cap(run.name),
+        context=parent_context,
+        kind=SpanKind.INTERNAL,
+        start_time=run.start_ns,
+        attributes=root_attributes(run, mode),
+    )
+    created = 1
+    if run.error:
+        root.set_status(Status(StatusCode.ERROR, _cap(run.error_message or run.error)))
+        root.add_event(
+            "exception",
+            {"exception.type": run.error, "exception.message": _cap(run.error_message or "")},
+            timestamp=run.end_ns,
+        )
+    summary = run._summary  # not .summary: that waits for processing, which is us
+    if summary is not None and mode == "summary":
+        created += _emit_summary(tracer, root, summary, run.start_ns, run.end_ns)
+    elif summary is not None and mode == "events" and run._trace is not None:
+        made, dropped = _emit_events(tracer, root, run, max_spans - 1)
+        created += made
+        root.set_attribute("neuronscope.spans_dropped", dropped)
+    ctx = root.get_span_context()
+    root.end(end_time=run.end_ns)
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"), created
+
+
+def _child(tracer: Any, parent: Any, name: str, start: int, end: int, attrs: dict[str, Any]) -> Any:
+    return tracer.start_span(
+        _cap(name), context=trace.set_span_in_context(parent), start_time=start, attributes=attrs
+    ), end
+
+
+def _emit_summary(tracer: Any, root: Any, summary: "Summary", start: int, end: int) -> int:
+    created = 0
+    bounds = {"": (start, end)}
+    spans: dict[str, Any] = {"": root}
+
+    def emit_ops(parent_path: str, rows: Sequence["OpStats"]) -> None:
+        nonlocal created
+        lo, hi = bounds[parent_path]
+        for row in rows:
+            s = min(max(row.first_start_ns, lo), hi)
+            e = min(s + round(row.self_device_time_us * 1000), hi)
+            attrs = op_attributes(row) | {"neuronscope.aggregate": True}
+            span, _ = _child(tracer, spans[parent_path], row.name, s, e, attrs)
+            span.end(end_time=e)
+            created += 1
+
+    emit_ops("", summary.direct_rows)
+    for path in sorted(summary.regions, key=lambda p: (p.count("/"), summary.regions[p].region_stats.first_start_ns)):
+        region = summary.regions[path]
+        stats = region.region_stats
+        parent_path = path.rsplit("/", 1)[0] if "/" in path else ""
+        if parent_path not in spans:  # parent region folded away: hang it under the root
+            parent_path = ""
+        lo, hi = bounds[parent_path]
+        s = min(max(stats.first_start_ns, lo), hi)
+        e = max(min(stats.last_end_ns, hi), s)
+        attrs = {
+            "neuronscope.region.path": _cap(path),
+            "neuronscope.region.occurrences": stats.occurrences,
+            "neuronscope.region.wall_time_us": stats.wall_time_us,
+            "neuronscope.region.device_time_us": region.total_device_time_us,
+            "neuronscope.aggregate": True,
+        }
+        span, _ = _child(tracer, spans[parent_path], path.rsplit("/", 1)[-1], s, e, attrs)
+        spans[path], bounds[path] = span, (s, e)
+        created += 1
+        emit_ops(path, region.direct_rows)
+    for path, span in spans.items():
+        if path:
+            span.end(end_time=bounds[path][1])
+    return created
+
+
+def _emit_events(tracer: Any, root: Any, run: "Run", budget: int) -> tuple[int, int]:
+    """Region occurrences and op executions as they ran; returns (created, left out)."""
+    tr = run._trace
+    assert tr is not None
+    kind = tr.kind
+    cpu = torch.nonzero((kind == EventKind.OP) | (kind == EventKind.REGION)).flatten()
+    start = tr.start_ns[cpu]
+    end = start + tr.duration_ns[cpu]
+    nesting = nest(tr.thread[cpu], start, end)
+    idx = cpu[nesting.order]
+    parent = nesting.parent
+    names = tr.names
+    is_region = (tr.kind[idx] == EventKind.REGION).tolist()
+    name_ids = tr.name_id[idx].tolist()
+    starts = tr.start_ns[idx].tolist()
+    ends = (tr.start_ns[idx] + tr.duration_ns[idx]).tolist()
+    parents = parent.tolist()
+    device_run = tr.device != "cpu"
+
+    # Candidate spans: (start, end, name, parent position or -1, attributes, own position or None)
+    items: list[tuple[int, int, str, int, dict[str, Any], int | None]] = []
+    keep = [False] * len(idx)  # positions that become spans (regions; ops on a CPU profile)
+    for pos in range(len(idx)):
+        name = names[name_ids[pos]]
+        if is_region[pos] and not name.startswith(_STEP_MARKER):
+            keep[pos] = True
+        elif not is_region[pos] and not device_run:
+            keep[pos] = True
+
+    def span_parent(pos: int) -> int:
+        p = parents[pos]
+        while p >= 0 and not keep[p]:
+            p = parents[p]
+        return p
+
+    for pos in range(len(idx)):
+        if keep[pos]:
+            attrs = {"neuronscope.kind": "region" if is_region[pos] else "op"}
+            if not is_region[pos]:
+                attrs["neuronscope.op.name"] = _cap(names[name_ids[pos]])
+            items.append((starts[pos], ends[pos], names[name_ids[pos]], span_parent(pos), attrs, pos))
+    if device_run:
+        # Device executions hang under the region occurrence that launched them.
+        corr = tr.correlation_id[idx].tolist()
+        by_corr = {c: pos for pos, c in enumerate(corr) if c > 0}
+        dev = torch.nonzero(kind == EventKind.DEVICE).flatten()
+        for d_start, d_dur, d_name, link in zip(
+            tr.start_ns[dev].tolist(), tr.duration_ns[dev].tolist(), tr.name_id[dev].tolist(), tr.linked_correlation_id[dev].tolist()
+        ):
+            pos = by_corr.get(link, -1)
+            launcher = names[name_ids[pos]] if pos >= 0 else ""
+            region_parent = span_parent(pos) if pos >= 0 else -1
+            attrs = {"neuronscope.kind": "device", "neuronscope.op.name": _cap(launcher or names[d_name])}
+            items.append((d_start, d_start + d_dur, names[d_name], region_parent, attrs, None))
+    items.sort(key=lambda it: (it[0], -it[1]))
+    made_by_pos: dict[int, tuple[Any, int, int]] = {}
+    created = 0
+    for s, e, name, parent_pos, attrs, own in items[:budget]:
+        if parent_pos >= 0 and parent_pos not in made_by_pos:
+            continue  # its parent was cut by the cap
+        parent_span, lo, hi = made_by_pos.get(parent_pos, (root, run.start_ns, run.end_ns))
+        s2 = min(max(s, lo), hi)
+        e2 = max(min(e, hi), s2)
+        span = tracer.start_span(_cap(name), context=trace.set_span_in_context(parent_span), start_time=s2, attributes=attrs)
+        created += 1
+        if own is not None:
+            made_by_pos[own] = (span, s2, e2)
+        else:
+            span.end(end_time=e2)
+    for span, _, e2 in made_by_pos.values():
+        span.end(end_time=e2)
+    return created, len(items) - created
