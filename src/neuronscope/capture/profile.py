@@ -177,6 +177,7 @@ class _Capture:
         self._backend: DeviceBackend | None = None
         self._run_dir: Path | None = None
         self._windows = 0
+        self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
 
     def begin(self) -> Run:
         if not _config.is_enabled():
@@ -218,6 +219,7 @@ class _Capture:
         return self.run
 
     def _start(self) -> Run:
+        t_begin = time.perf_counter_ns()
         spec = self.spec
         backend = select_backend(spec.device)
         if isinstance(backend, NeuronBackend) and spec.neuron is not None:
@@ -243,9 +245,13 @@ class _Capture:
             **kwargs,
         )
         self._inline_if_busy = False
+        t_torch = time.perf_counter_ns()
         self._prof.start()
+        t_started = time.perf_counter_ns()
         _registry.set_active_run(self.run)
         self.run.start_ns = time.time_ns()
+        # What neuronscope itself costs the caller, torch.profiler's own start/stop excluded.
+        self.run.caller_overhead_ns = (t_torch - t_begin) + (time.perf_counter_ns() - t_started)
         return self.run
 
     def step(self) -> None:
@@ -258,22 +264,24 @@ class _Capture:
                 self._region.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 log.debug("neuronscope: leaving nested region failed", exc_info=True)
-            if self.run is not None and self.run.status == RunStatus.JOINED:
-                pass  # completes with the enclosing run
-            return
+            return  # a JOINED run completes with the enclosing run
         if self._prof is None or self.run is None:
             return
         run = self.run
+        t_end = time.perf_counter_ns()
         run.end_ns = time.time_ns()
         if exc is not None:
             run.error = type(exc).__name__
             run.error_message = str(exc)[:1024]
         self._inline_if_busy = inline_if_busy
+        t_torch = time.perf_counter_ns()
         try:
             try:
                 self._backend.synchronize()  # type: ignore[union-attr]
             finally:
                 self._prof.stop()
+                # on_trace_ready ran inside stop(): that part is ours, the rest is torch's.
+                run.caller_overhead_ns += (t_torch - t_end) + self._callback_ns
         except Exception as exc:  # noqa: BLE001
             _stats.record("errors")
             log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc)
@@ -287,6 +295,7 @@ class _Capture:
 
     def _on_trace_ready(self, prof: Any) -> None:
         """torch.profiler calls this when a window (or the whole profile) is ready."""
+        t0 = time.perf_counter_ns()
         try:
             run = self.run
             assert run is not None and self._backend is not None
@@ -318,6 +327,8 @@ class _Capture:
         except Exception as exc:  # noqa: BLE001
             _stats.record("errors")
             log.warning("neuronscope: handling the finished trace of %r failed: %s", self.name, exc)
+        finally:
+            self._callback_ns += time.perf_counter_ns() - t0
 
 
 def _submit(run: Run, results: Any, run_dir: Path | None, options: ProcessOptions, *, inline_if_busy: bool) -> None:
