@@ -53,5 +53,10 @@ def update(**changes: Any) -> Settings:
         return _settings
 
 
+def disabled_by_environment() -> bool:
+    """``NEURONSCOPE_DISABLED=1``: the hard kill switch, read when a function is decorated."""
+    return _env_flag("NEURONSCOPE_DISABLED")
+
+
 def is_enabled() -> bool:
     return _settings.enabled

@@ -51,7 +51,9 @@ class Delta:
         return (self.b > 0) if p is None else p > pct
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "delta": self.delta, "pct": self.pct}
+        # Times are microseconds from nanosecond data: 3 decimals are exact, more is float noise.
+        pct = self.pct
+        return {"a": _r(self.a, 3), "b": _r(self.b, 3), "delta": _r(self.delta, 3), "pct": None if pct is None else round(pct, 4)}
 
 
 @dataclass(frozen=True)
@@ -107,8 +109,10 @@ class Regression:
     pct: float | None
 
     def describe(self) -> str:
+        from ..report.text import format_us
+
         growth = "new in B" if self.pct is None else f"{self.pct:+.1f}%"
-        return f"{self.name}: {self.a_us:.3f}us -> {self.b_us:.3f}us ({growth})"
+        return f"{self.name}: {format_us(self.a_us)} -> {format_us(self.b_us)} ({growth})"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,6 +174,10 @@ class SummaryDiff:
             "only_in_a": self.only_in_a,
             "only_in_b": self.only_in_b,
         }
+
+
+def _r(x: float, digits: int) -> float:
+    return x if isinstance(x, int) else round(x, digits)
 
 
 def _presence(in_a: bool, in_b: bool) -> Presence:

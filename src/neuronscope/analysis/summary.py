@@ -73,6 +73,7 @@ class Summary:
     #: ops that ran directly here, not inside a nested region (outside every region, for the
     #: whole-profile summary). Their ``device_pct`` is the share of the whole profile's device time.
     direct_rows: tuple[OpStats, ...] = ()
+    notes: tuple[str, ...] = ()  #: lines printed after the table (e.g. how to open the raw files)
 
     # -- queries -----------------------------------------------------------------------
     @property
@@ -114,6 +115,7 @@ class Summary:
             "region_stats": asdict(self.region_stats) if self.region_stats else None,
             "regions": {path: s.to_dict() for path, s in self.regions.items()},
             "direct_rows": [asdict(r) for r in self.direct_rows],
+            "notes": list(self.notes),
             "warnings": list(self.warnings),
         }
 
@@ -127,6 +129,7 @@ class Summary:
             region_stats=RegionStats(**rs) if rs else None,
             warnings=tuple(data.get("warnings", ())),
             direct_rows=tuple(OpStats(**r) for r in data.get("direct_rows", ())),
+            notes=tuple(data.get("notes", ())),
         )
 
     def to_json(self, **kwargs: Any) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ class ProcessOptions:
     backend_info: dict[str, Any] = field(default_factory=dict)
     window: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
+    backend: Any = None  #: the DeviceBackend, for its finish_run hook
+    raw_dir: Path | None = None
+    first_call: bool = False
 
 
 def add_sink(sink: Callable[[Run], None]) -> None:
@@ -64,8 +67,13 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
         trace = trace_from_kineto(kineto_results, device=run.device)
         summary = summarize(trace)
         run._trace = trace
+        run.manifest = {}
+        notes: list[str] = []
+        if options.backend is not None:
+            notes = options.backend.finish_run(run, options.raw_dir, first_call=options.first_call)
+        device_facts = run.manifest
+        summary = replace(summary, warnings=tuple(run.warnings), notes=tuple(notes))
         run._summary = summary
-        run.warnings.extend(summary.warnings)
         run.manifest = base_manifest(
             name=run.name,
             device=run.device,
@@ -79,6 +87,7 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
             backend=options.backend_info,
             sampling=options.sampling,
             warnings=run.warnings,
+            **device_facts,
         )
         if run_dir is not None:
             _write_run_dir(run, kineto_results, run_dir, options)

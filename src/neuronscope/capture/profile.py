@@ -31,7 +31,8 @@ from .._worker import get_worker
 from ..errors import ConfigurationError
 from . import _registry
 from .devices import DeviceBackend, select_backend, validate_device
-from .devices.neuron import NeuronBackend, NeuronOptions
+from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
+from .sampling import SamplingPolicy
 from ..sinks.otel import capture_parent_context
 from .processing import ProcessOptions, process_capture
 
@@ -61,12 +62,24 @@ class ProfileNeuron:
         with_stack: bool = False,
         with_flops: bool = False,
         neuron: NeuronOptions | None = None,
+        sample: float | None = None,
+        every: int | None = None,
+        max_per_minute: int | None = None,
+        warmup: int = 0,
+        seed: int | None = None,
+        sampler: Callable[[], bool] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigurationError(f"profile_neuron(name={name!r}): name must be a non-empty string")
         self.device = validate_device(device)
         if self.device != "auto":
             select_backend(self.device)  # an explicitly requested device that is absent fails here
+        if self.device == "neuron":
+            refuse_env_capture()
+        self._sampling = dict(
+            sample=sample, every=every, max_per_minute=max_per_minute, warmup=warmup, seed=seed, sampler=sampler
+        )
+        self.policy = SamplingPolicy(**self._sampling)  # validates; the context manager's own policy
         if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
             raise ConfigurationError(f"profile_neuron(output_dir={output_dir!r}): use a path (str or os.PathLike)")
         if save_trace is not None and not isinstance(save_trace, bool):
@@ -102,6 +115,9 @@ class ProfileNeuron:
     def __enter__(self) -> Run:
         capture = _Capture(self, self.name or "profile", save_trace=True if self.save_trace is None else self.save_trace)
         self._stack().append(capture)
+        if not self.policy.should_profile():
+            return capture.unsampled()
+        capture.first_call = self.policy.is_first_profiled_call
         return capture.begin()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
@@ -129,13 +145,23 @@ class ProfileNeuron:
         name = self.name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "profile")
         save = False if self.save_trace is None else self.save_trace
         this = self
+        if _config.disabled_by_environment():
+            return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
+        policy = SamplingPolicy(**self._sampling)  # each decorated function samples on its own
+        settings = _config.current
+
+        def start(capture: _Capture) -> None:
+            capture.first_call = policy.is_first_profiled_call
+            capture.begin()
 
         if inspect.iscoroutinefunction(target):
 
             @wrapt.decorator
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                if not settings().enabled or not policy.should_profile():
+                    return await wrapped(*args, **kwargs)
                 capture = _Capture(this, name, save_trace=save)
-                capture.begin()
+                start(capture)
                 try:
                     result = await wrapped(*args, **kwargs)
                 except BaseException as exc:
@@ -148,8 +174,10 @@ class ProfileNeuron:
 
         @wrapt.decorator
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if not settings().enabled or not policy.should_profile():
+                return wrapped(*args, **kwargs)
             capture = _Capture(this, name, save_trace=save)
-            capture.begin()
+            start(capture)
             try:
                 result = wrapped(*args, **kwargs)
             except BaseException as exc:
@@ -178,6 +206,13 @@ class _Capture:
         self._run_dir: Path | None = None
         self._windows = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
+        self._raw_dir: Path | None = None
+        self.first_call = False  # set by the decorator for its first profiled call
+
+    def unsampled(self) -> Run:
+        self.run = Run(self.name, "none")
+        self.run._finish(RunStatus.SKIPPED)
+        return self.run
 
     def begin(self) -> Run:
         if not _config.is_enabled():
@@ -222,8 +257,10 @@ class _Capture:
         t_begin = time.perf_counter_ns()
         spec = self.spec
         backend = select_backend(spec.device)
-        if isinstance(backend, NeuronBackend) and spec.neuron is not None:
-            backend = NeuronBackend(spec.neuron)
+        if isinstance(backend, NeuronBackend):
+            refuse_env_capture()
+            if spec.neuron is not None:
+                backend = NeuronBackend(spec.neuron)
         self._backend = backend
         self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
         self.run._otel_parent = capture_parent_context()
@@ -318,9 +355,13 @@ class _Capture:
                 target.warnings.append(f"device exporter failed: {exc!r}")
                 log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
             options = ProcessOptions(
+                sampling=self.spec.policy.describe(),
                 save_trace=self.save_trace,
                 backend_info=self._backend.describe(),
                 window=self._windows if self.spec.schedule is not None else None,
+                backend=self._backend,
+                raw_dir=self._raw_dir,
+                first_call=self.first_call,
             )
             results = prof.profiler.kineto_results
             _submit(target, results, run_dir, options, inline_if_busy=self._inline_if_busy)

@@ -129,6 +129,7 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None
 
 
 @click.group(
+    name="neuronscope",
     cls=NeuronscopeGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

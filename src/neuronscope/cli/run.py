@@ -106,12 +106,15 @@ def run(
 def _resolve(script: str, as_module: bool) -> tuple[str, str, str]:
     """(what to run, sys.argv[0] for it, profile name)."""
     if as_module:
+        sys.path.insert(0, os.getcwd())  # where `python -m` looks first
         try:
             spec = importlib.util.find_spec(script)
         except (ImportError, ValueError) as exc:
             spec, err = None, exc
         else:
             err = None
+        finally:
+            sys.path.pop(0)
         if spec is None:
             why = f": {err}" if err else ""
             raise Failure(f"-m {script}: no module named {script!r}{why}; check the name and that it is importable from here")

@@ -18,7 +18,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif; color:var(--fg); background:var(--bg); }
 header, main { max-width:1180px; margin:0 auto; padding:0 20px; }
-header { padding-top:18px; border-bottom:1px solid var(--line); }
+header { padding-top:18px; }
 h1 { font-size:20px; margin:0 0 4px; word-break:break-all; }
 h2 { font-size:18px; margin:28px 0 10px; padding-top:8px; border-top:2px solid var(--line); word-break:break-all; }
 h3 { font-size:15px; margin:22px 0 8px; }
@@ -43,7 +43,7 @@ svg text.value, svg text.tick-label { fill:var(--muted); font-size:11px; }
 .region-bar-sw { background:var(--region); } .region-wall-sw { background:var(--wall); }
 table { border-collapse:collapse; margin:8px 0; font-size:13px; width:100%; }
 th, td { border-bottom:1px solid var(--line); padding:3px 8px; text-align:right; }
-th:first-child, td:first-child { text-align:left; word-break:break-all; }
+th:first-child, td:first-child, th.text, td.text { text-align:left; word-break:break-all; }
 table.manifest th { text-align:left; width:200px; color:var(--muted); font-weight:500; vertical-align:top; }
 table.manifest td { text-align:left; word-break:break-all; }
 table.sortable th { cursor:pointer; user-select:none; }

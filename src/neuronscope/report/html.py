@@ -131,7 +131,7 @@ def _regions(summary: Summary, key: str) -> str:
     items = list(summary.regions.items())
     total = summary.total_device_time_us
     peak = max(max(s.total_device_time_us, s.region_stats.wall_time_us if s.region_stats else 0.0) for _, s in items) or 1.0
-    bar_w = _W - _LABEL_W - 170
+    bar_w = _W - _LABEL_W - 290  # room for the value label right of the longest bar
     h = _ROW_H * len(items) + 8
     out = [
         f'<svg id="region-chart-{key}" class="chart region-chart" data-run="{key}" data-bars="{len(items)}" '
@@ -157,14 +157,14 @@ def _regions(summary: Summary, key: str) -> str:
         rows.append(
             f'<tr><td>{_e(path)}</td><td data-v="{st.occurrences if st else 0}">{st.occurrences if st else 0}</td>'
             f'<td data-v="{wall}">{format_us(wall)}</td><td data-v="{dev}">{format_us(dev)}</td>'
-            f'<td data-v="{pct}">{pct:.1f}%</td><td>{_e(top_op)}</td></tr>'
+            f'<td data-v="{pct}">{pct:.1f}%</td><td class="text">{_e(top_op)}</td></tr>'
         )
     out.append("</svg>")
     out.append(
         '<p class="legend"><span class="sw region-bar-sw"></span> device time of the ops inside '
         '<span class="sw region-wall-sw"></span> wall time</p>'
         f'<table id="region-table-{key}" class="region-table sortable"><thead><tr><th>Region</th><th>Runs</th>'
-        f'<th>Wall</th><th>Device</th><th>%</th><th>Top op</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f'<th>Wall</th><th>Device</th><th>%</th><th class="text">Top op</th></tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
     return "".join(out)
 
@@ -219,7 +219,7 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
         for d in range(min(int(n.depth.max()) + 1, 3)):
             sel = ordered[n.depth == d]
             sel = sel[torch.argsort(trace.start_ns[sel])]
-            lanes.append(_Lane(f"regions {d}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"))
+            lanes.append(_Lane("regions" if d == 0 else f"regions L{d + 1}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"))
     return lanes, dropped
 
 
@@ -374,10 +374,15 @@ def _pct(p: float | None, presence: str = "both") -> str:
 def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
     ops = d.ops[:top] if top else d.ops
     cls = "worse" if d.total.delta > 0 else "better"
+
+    def where(src: Source) -> str:
+        return f'<div class="s path">{_e(src.path.name)}</div>' if src.path is not None else ""
+
     head = (
         f'<div class="cards"><div class="card"><div class="k">A</div><div class="v">{_e(a.label)}</div>'
-        f'<div class="s">{format_us(d.total.a)}</div></div>'
-        f'<div class="card"><div class="k">B</div><div class="v">{_e(b.label)}</div><div class="s">{format_us(d.total.b)}</div></div>'
+        f'<div class="s">{format_us(d.total.a)}</div>{where(a)}</div>'
+        f'<div class="card"><div class="k">B</div><div class="v">{_e(b.label)}</div><div class="s">{format_us(d.total.b)}</div>'
+        f"{where(b)}</div>"
         f'<div class="card {cls}"><div class="k">self device time</div><div id="diff-total" class="v" '
         f'data-pct="{d.total.pct if d.total.pct is not None else ""}">{_pct(d.total.pct)}</div>'
         f'<div class="s">{"+" if d.total.delta >= 0 else "−"}{format_us(abs(d.total.delta))}</div></div></div>'
@@ -388,7 +393,7 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
         return head + '<p class="empty">no ops in either profile</p>'
     peak = max(abs(o.self_device_time_us.delta) for o in ops) or 1.0
     mid = _LABEL_W + (_W - _LABEL_W) / 2
-    half = (_W - _LABEL_W) / 2 - 90
+    half = (_W - _LABEL_W) / 2 - 160  # room for the value label beyond the longest bar
     h = _ROW_H * len(ops) + 8
     out = [
         head,

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.cells import cell_len
 from rich.text import Text
 
 from .text import format_us
@@ -45,8 +46,8 @@ DEVICE_LABEL = {
 }
 
 #: ``--sort`` choices -> (row key, descending). Ties break by name.
-SORT_KEYS: dict[str, tuple[Callable[["OpStats"], float | str], bool]] = {
-    "self_device": (lambda r: r.self_device_time_us, True),
+SORT_KEYS: dict[str, tuple[Callable[["OpStats"], Any], bool]] = {
+    "self_device": (lambda r: (r.self_device_time_us, r.device_time_us), True),  # = Summary's own order
     "device": (lambda r: r.device_time_us, True),
     "cpu": (lambda r: r.cpu_time_us, True),
     "self_cpu": (lambda r: r.self_cpu_time_us, True),
@@ -87,20 +88,49 @@ def sort_rows(rows: Sequence["OpStats"], sort: str) -> list["OpStats"]:
 # -- column layout ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Col:
+    """A table column: its cells, and how early it is dropped on a narrow console."""
+
     header: str
-    width: int  #: typical content width, for deciding what fits
-    priority: int  #: lower = kept longer on narrow consoles
+    priority: int  #: lower = kept longer
+    cells: list[str | Text]
     justify: str = "right"
+
+    @property
+    def width(self) -> int:
+        return max([cell_len(self.header)] + [Text(c).cell_len if isinstance(c, str) else c.cell_len for c in self.cells])
+
+
+_SEP = 3  # SIMPLE_HEAD without edges: padding, separator, padding between columns
 
 
 def _fit(columns: list[_Col], width: int) -> list[_Col]:
     """Drop the lowest-priority columns until the rest plus a readable name column fit."""
     kept = list(columns)
-    while kept and _NAME_MIN + 2 + sum(c.width + 2 for c in kept) > width:
+    while kept and _NAME_MIN + sum(c.width + _SEP for c in kept) > width:
         kept.remove(max(kept, key=lambda c: c.priority))
     return kept
+
+
+def _build_table(console: Console, first_header: str, first_cells: list[str], columns: list[_Col]) -> Table:
+    """A table whose first (name) column absorbs the squeeze: it is ellipsised, the numbers never are."""
+    kept = _fit(columns, console.width)
+    table = Table(
+        box=box.SIMPLE_HEAD if _unicode_ok(console) else box.ASCII2,
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+    )
+    # Give the name column exactly what is left, so rich never squeezes the numbers.
+    room = console.width - sum(c.width + _SEP for c in kept)
+    longest = max([cell_len(first_header)] + [cell_len(n) for n in first_cells])
+    table.add_column(first_header, overflow="ellipsis", no_wrap=True, width=max(min(longest, room), _NAME_MIN))
+    for c in kept:
+        table.add_column(c.header, justify=c.justify, no_wrap=True, min_width=c.width)  # type: ignore[arg-type]
+    for i, name in enumerate(first_cells):
+        table.add_row(name, *(c.cells[i] for c in kept))
+    return table
 
 
 def _bar(pct: float, cells: int = 10) -> str:
@@ -112,15 +142,6 @@ def _bar(pct: float, cells: int = 10) -> str:
 
 def _unicode_ok(console: Console) -> bool:
     return console.encoding.lower().replace("-", "").startswith("utf")
-
-
-def _table(console: Console) -> Table:
-    return Table(
-        box=box.SIMPLE_HEAD if _unicode_ok(console) else box.ASCII2,
-        show_edge=False,
-        pad_edge=False,
-        header_style="bold",
-    )
 
 
 # -- single profile ----------------------------------------------------------------------------
@@ -151,36 +172,19 @@ def summary_renderable(
     title: str | None = None,
 ) -> RenderableType:
     """The per-op table, best columns for the console width, plus a footer line."""
-    cols = [
-        _Col("Calls", 6, 3),
-        _Col("Self device", 11, 1),
-        _Col("%", 6, 2),
-        _Col("Device total", 12, 4),
-        _Col("Self CPU", 10, 6),
-        _Col("CPU total", 10, 5),
-    ]
-    unicode_ok = _unicode_ok(console)
-    if unicode_ok:
-        cols.insert(3, _Col("", 10, 7, justify="left"))  # the share bar goes first on narrow consoles
-    kept = {c.header for c in _fit(cols, console.width)}
-    table = _table(console)
-    table.add_column("Name", overflow="ellipsis", no_wrap=True, min_width=_NAME_MIN, ratio=1)
-    for c in cols:
-        if c.header in kept:
-            table.add_column(c.header, justify=c.justify, no_wrap=True)  # type: ignore[arg-type]
     rows = sort_rows(summary.rows, sort)
     shown = rows if top is None else rows[:top]
-    for r in shown:
-        cells = {
-            "Calls": str(r.calls),
-            "Self device": format_us(r.self_device_time_us),
-            "%": f"{r.device_pct:.1f}%",
-            "": Text(_bar(r.device_pct), style="cyan"),
-            "Device total": format_us(r.device_time_us),
-            "Self CPU": format_us(r.self_cpu_time_us),
-            "CPU total": format_us(r.cpu_time_us),
-        }
-        table.add_row(r.name, *(cells[c.header] for c in cols if c.header in kept))
+    cols = [
+        _Col("Calls", 3, [str(r.calls) for r in shown]),
+        _Col("Self device", 1, [format_us(r.self_device_time_us) for r in shown]),
+        _Col("%", 2, [f"{r.device_pct:.1f}%" for r in shown]),
+        _Col("Device total", 4, [format_us(r.device_time_us) for r in shown]),
+        _Col("Self CPU", 6, [format_us(r.self_cpu_time_us) for r in shown]),
+        _Col("CPU total", 5, [format_us(r.cpu_time_us) for r in shown]),
+    ]
+    if _unicode_ok(console):  # a share bar, the first thing to go on a narrow console
+        cols.insert(3, _Col("", 7, [Text(_bar(r.device_pct), style="cyan") for r in shown], justify="left"))
+    table = _build_table(console, "Name", [r.name for r in shown], cols)
     footer = Text()
     hidden = len(rows) - len(shown)
     if hidden > 0:
@@ -197,25 +201,18 @@ def regions_renderable(summary: "Summary", console: Console, *, top: int | None 
     if not summary.regions:
         return Text("no regions in this profile (use neuronscope.region(...) or torch.profiler.record_function)", style="dim")
     total = summary.total_device_time_us
-    cols = [_Col("Runs", 5, 3), _Col("Wall", 10, 2), _Col("Device", 10, 1), _Col("%", 6, 1), _Col("Top op", 20, 4, "left")]
-    kept = {c.header for c in _fit(cols, console.width)}
-    table = _table(console)
-    table.add_column("Region", overflow="ellipsis", no_wrap=True, min_width=_NAME_MIN, ratio=1)
-    for c in cols:
-        if c.header in kept:
-            table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
-    parts: list[RenderableType] = [Text("Regions", style="bold"), table]
-    for path, region in summary.regions.items():
-        st = region.region_stats
-        dev = region.total_device_time_us
-        cells = {
-            "Runs": str(st.occurrences if st else 0),
-            "Wall": format_us(st.wall_time_us) if st else "-",
-            "Device": format_us(dev),
-            "%": f"{100.0 * dev / total:.1f}%" if total else "-",
-            "Top op": region.rows[0].name if region.rows else "-",
-        }
-        table.add_row(path, *(cells[c.header] for c in cols if c.header in kept))
+    items = list(summary.regions.items())
+    stats = [region.region_stats for _, region in items]
+    dev = [region.total_device_time_us for _, region in items]
+    cols = [
+        _Col("Runs", 3, [str(st.occurrences if st else 0) for st in stats]),
+        _Col("Wall", 2, [format_us(st.wall_time_us) if st else "-" for st in stats]),
+        _Col("Device", 1, [format_us(d) for d in dev]),
+        _Col("%", 1, [f"{100.0 * d / total:.1f}%" if total else "-" for d in dev]),
+        _Col("Top op", 4, [region.rows[0].name if region.rows else "-" for _, region in items], justify="left"),
+    ]
+    parts: list[RenderableType] = [Text("Regions", style="bold"), _build_table(console, "Region", [p for p, _ in items], cols)]
+    for path, region in items:
         parts.append(Text())
         parts.append(summary_renderable(region, console, top=top, sort=sort, title=f"region {path}"))
     return Group(*parts)
@@ -254,53 +251,37 @@ def diff_renderable(
     if diff.device_a != diff.device_b:
         head.append(f"\nwarning: comparing a {diff.device_a} profile with a {diff.device_b} profile", style="yellow")
 
-    cols = [_Col("A", 10, 3), _Col("B", 10, 2), _Col("Δ", 11, 1), _Col("Δ%", 7, 1), _Col("Calls A→B", 11, 4)]
-    kept = {c.header for c in _fit(cols, console.width)}
-    table = _table(console)
-    table.add_column("Op", overflow="ellipsis", no_wrap=True, min_width=_NAME_MIN, ratio=1)
-    for c in cols:
-        if c.header in kept:
-            table.add_column(c.header, justify="right", no_wrap=True)
-    shown = diff.ops if top is None else diff.ops[:top]
-    for o in shown:
-        d = o.self_device_time_us
-        cells: dict[str, str | Text] = {
-            "A": format_us(d.a) if o.presence != "only_b" else "-",
-            "B": format_us(d.b) if o.presence != "only_a" else "-",
-            "Δ": _signed_us(d.delta),
-            "Δ%": _pct_text(d, o.presence),
-            "Calls A→B": f"{o.calls.a}→{o.calls.b}",
-        }
-        table.add_row(o.name, *(cells[c.header] for c in cols if c.header in kept))
-    parts: list[RenderableType] = [head, Text(), table]
+    shown = list(diff.ops if top is None else diff.ops[:top])
+    sd = [o.self_device_time_us for o in shown]
+    arrow = "→" if _unicode_ok(console) else "->"
+    cols = [
+        _Col("A", 3, [format_us(d.a) if o.presence != "only_b" else "-" for o, d in zip(shown, sd)]),
+        _Col("B", 2, [format_us(d.b) if o.presence != "only_a" else "-" for o, d in zip(shown, sd)]),
+        _Col("Delta", 1, [_signed_us(d.delta) for d in sd]),
+        _Col("Delta %", 1, [_pct_text(d, o.presence) for o, d in zip(shown, sd)]),
+        _Col(f"Calls A{arrow}B", 4, [f"{o.calls.a}{arrow}{o.calls.b}" for o in shown]),
+    ]
+    parts: list[RenderableType] = [head, Text(), _build_table(console, "Op", [o.name for o in shown], cols)]
     hidden = len(diff.ops) - len(shown)
     if hidden > 0:
         parts.append(Text(f"{hidden} more ops not shown (--top 0 shows all)", style="dim"))
     if by_region:
-        parts += [Text(), _region_diff_table(diff, console)]
+        parts += [Text(), _region_diff(diff, console, arrow)]
     return Group(*parts)
 
 
-def _region_diff_table(diff: "SummaryDiff", console: Console) -> RenderableType:
+def _region_diff(diff: "SummaryDiff", console: Console, arrow: str) -> RenderableType:
     if not diff.regions:
         return Text("no regions in either profile", style="dim")
-    cols = [_Col("Runs A→B", 9, 3), _Col("Wall Δ%", 8, 2), _Col("Device A", 10, 4), _Col("Device B", 10, 4), _Col("Device Δ%", 9, 1)]
-    kept = {c.header for c in _fit(cols, console.width)}
-    table = _table(console)
-    table.add_column("Region", overflow="ellipsis", no_wrap=True, min_width=_NAME_MIN, ratio=1)
-    for c in cols:
-        if c.header in kept:
-            table.add_column(c.header, justify="right", no_wrap=True)
-    for r in diff.regions:
-        cells: dict[str, str | Text] = {
-            "Runs A→B": f"{r.occurrences.a}→{r.occurrences.b}",
-            "Wall Δ%": _pct_text(r.wall_time_us, r.presence),
-            "Device A": format_us(r.device_time_us.a),
-            "Device B": format_us(r.device_time_us.b),
-            "Device Δ%": _pct_text(r.device_time_us, r.presence),
-        }
-        table.add_row(r.path, *(cells[c.header] for c in cols if c.header in kept))
-    return Group(Text("Regions", style="bold"), table)
+    rs = diff.regions
+    cols = [
+        _Col(f"Runs A{arrow}B", 3, [f"{r.occurrences.a}{arrow}{r.occurrences.b}" for r in rs]),
+        _Col("Wall %", 2, [_pct_text(r.wall_time_us, r.presence) for r in rs]),
+        _Col("Device A", 4, [format_us(r.device_time_us.a) for r in rs]),
+        _Col("Device B", 4, [format_us(r.device_time_us.b) for r in rs]),
+        _Col("Device %", 1, [_pct_text(r.device_time_us, r.presence) for r in rs]),
+    ]
+    return Group(Text("Regions", style="bold"), _build_table(console, "Region", [r.path for r in rs], cols))
 
 
 # -- progress ----------------------------------------------------------------------------------
@@ -320,7 +301,8 @@ def loading(console: Console, path: Path | str | None) -> Iterator[None]:
     if size < _LOAD_SPINNER_BYTES:
         yield
         return
-    with console.status(f"Loading {p.name} ({size / 1e6:.1f} MB)…", spinner="dots"):
+    amount = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+    with console.status(f"Loading {p.name} ({amount})…", spinner="dots"):
         yield
 
 

@@ -54,4 +54,5 @@ def summary_table(summary: "Summary", limit: int | None = 20, max_name: int = 48
         out.append(f"... {hidden} more ops (summary.rows has all)")
     out.append(f"Self device time total: {format_us(summary.total_device_time_us)}")
     out.extend(f"warning: {w}" for w in summary.warnings)
+    out.extend(summary.notes)
     return "\n".join(out)

@@ -60,7 +60,17 @@ def write_json(path: Path, data: Any) -> None:
 def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] | None = None) -> Path:
     """Save the Kineto trace as ``trace.json.gz`` (Kineto's C++ writer, then gzip level 1)."""
     raw = path.with_name("trace.json")
-    kineto_results.save(str(raw))
+    try:
+        kineto_results.save(str(raw))
+    except RuntimeError as exc:
+        # Kineto saves a trace once; a device exporter (TorchNeuron's NeuronProfiler.export_trace)
+        # may have saved it into the raw files already. Copy that one.
+        if "already saved" not in str(exc):
+            raise
+        saved = _already_saved_trace(path.parent)
+        if saved is None:
+            raise
+        shutil.copyfile(saved, raw)
     if extra_metadata:
         _add_top_level_fields(raw, extra_metadata)
     target = path.with_name("trace.json.gz")
@@ -68,6 +78,11 @@ def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] 
         shutil.copyfileobj(src, dst, 1 << 20)
     raw.unlink()
     return target
+
+
+def _already_saved_trace(run_dir: Path) -> Path | None:
+    candidates = [p for p in run_dir.rglob("*.json") if p.name == "trace.json" or p.name.startswith("neuron_framework_trace")]
+    return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
 
 
 def _add_top_level_fields(raw: Path, fields: dict[str, Any]) -> None:

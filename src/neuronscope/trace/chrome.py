@@ -94,8 +94,10 @@ def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
         args = ev.get("args") or {}
         ext = int(args.get("External id", 0) or 0)
         if kind in (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME):
+            # Device-side events: "correlation" ties runtime call, kernel and hardware marker
+            # together; "External id" is the launching op's.
             saw_device = saw_device or kind == EventKind.DEVICE
-            c, link = 0, ext
+            c, link = int(args.get("correlation", 0) or 0), ext
         else:
             c, link = ext, 0
         key = (ev.get("pid"), ev.get("tid"))

@@ -36,6 +36,11 @@ class DeviceBackend:
     def on_trace_ready(self, prof: Any, raw_dir: Path | None) -> None:
         """Hook called with the stopped ``torch.profiler.profile`` (e.g. to export raw files)."""
 
+    def finish_run(self, run: Any, raw_dir: Path | None, *, first_call: bool = False) -> list[str]:
+        """After processing (background worker): add device facts to ``run.manifest`` and
+        ``run.warnings``; return notes for the end of the summary table."""
+        return []
+
     def describe(self) -> dict[str, Any]:
         """Facts about the device for the run manifest."""
         return {"device": self.name}

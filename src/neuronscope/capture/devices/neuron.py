@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ class NeuronOptions:
     max_events_per_nc: int | None = None
     capture_enabled_for_nc: str | None = None
     neff_cache_dir: str | None = None
+    #: a Neuron system-profile JSON (events with name/timestamp/duration/group) whose runtime
+    #: and hardware lanes join the spans; see docs/trainium.md for producing one
+    system_profile: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -60,6 +64,32 @@ class NeuronOptions:
             not isinstance(self.max_events_per_nc, int) or self.max_events_per_nc <= 0
         ):
             raise ConfigurationError(f"NeuronOptions(max_events_per_nc={self.max_events_per_nc!r}): use a positive int")
+
+
+_COMPILE_MARKERS = ("neuronx-cc", "neuronx_cc", "compile", "model_load")
+
+
+def _compilation_evidence(run: Any, first_call: bool) -> str | None:
+    trace = run._trace
+    if trace is not None:
+        hits = [n for n in trace.names if any(m in n.lower() for m in _COMPILE_MARKERS)]
+        if hits:
+            return f"events such as {hits[0]!r}"
+    if first_call:
+        return "first call of this function, without warmup="
+    return None
+
+
+def refuse_env_capture() -> None:
+    """Environment-variable capture (NEURON_RT_INSPECT_*) and torch.profiler capture must not mix."""
+    import os
+
+    if os.environ.get("NEURON_RT_INSPECT_ENABLE", "").strip() not in ("", "0"):
+        raise ConfigurationError(
+            "NEURON_RT_INSPECT_ENABLE is set: the Neuron runtime is already capturing through environment "
+            "variables, which must not be combined with torch.profiler capture. Unset NEURON_RT_INSPECT_* to use "
+            "profile_neuron, or use `neuronscope run --neuron-inspect script.py` for whole-program capture."
+        )
 
 
 def privateuse1_is_neuron() -> bool:
@@ -136,6 +166,39 @@ class NeuronBackend(DeviceBackend):
         profiling = _profiling_module()
         if profiling is not None and self._config is not None and hasattr(profiling, "NeuronProfiler"):
             profiling.NeuronProfiler(self._config).export_trace(prof)
+
+    def finish_run(self, run: Any, raw_dir: Path | None, *, first_call: bool = False) -> list[str]:
+        from .neuron_artifacts import find_artifacts
+
+        notes: list[str] = []
+        info: dict[str, Any] = {"modes": list(self.options.modes)}
+        compile_hint = _compilation_evidence(run, first_call)
+        if compile_hint:
+            info["compilation_suspected"] = True
+            run.warnings.append(
+                f"this profile likely contains compilation ({compile_hint}): warm up first "
+                "(profile_neuron(warmup=3) on a decorator, or run 3+ iterations before profiling)"
+            )
+        if self.options.system_profile:
+            from ...sinks.otel.lanes import read_system_profile
+
+            try:
+                run._system_events = read_system_profile(self.options.system_profile)
+                info["system_profile"] = str(self.options.system_profile)
+            except Exception as exc:  # noqa: BLE001 - a bad side file must not lose the run
+                run.warnings.append(f"system profile not read: {exc}")
+        elif shutil.which("neuron-explorer") is None:
+            notes.append(
+                "runtime/hardware lanes come from the trace only; for the full system profile install "
+                "aws-neuronx-tools (neuron-explorer) and pass NeuronOptions(system_profile=...)"
+            )
+        if raw_dir is not None:
+            artifacts = find_artifacts(raw_dir, device_mode="device" in self.options.modes)
+            info.update(artifacts.to_manifest())
+            run.warnings.extend(artifacts.all_problems())
+            notes += [f"open in Neuron Explorer: {cmd}" for cmd in artifacts.explorer_commands()[:4]]
+        run.manifest["neuron"] = info
+        return notes
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"device": self.name, "neuron_modes": list(self.options.modes)}

@@ -107,7 +107,10 @@ def emit_run(run: "Run", tracer: Any, mode: str, max_spans: int, parent_context:
         )
     summary = run._summary  # not .summary: that waits for processing, which is us
     if summary is not None and mode == "summary":
-        created += _emit_summary(tracer, root, summary, run.start_ns, run.end_ns)
+        op_contexts: dict[str, list[Any]] = {}
+        created += _emit_summary(tracer, root, summary, run.start_ns, run.end_ns, op_contexts)
+        if run.device != "cpu" and run._trace is not None:
+            created += _emit_lanes(tracer, root, run, op_contexts)
     elif summary is not None and mode == "events" and run._trace is not None:
         made, dropped = _emit_events(tracer, root, run, max_spans - 1)
         created += made
@@ -123,7 +126,36 @@ def _child(tracer: Any, parent: Any, name: str, start: int, end: int, attrs: dic
     ), end
 
 
-def _emit_summary(tracer: Any, root: Any, summary: "Summary", start: int, end: int) -> int:
+def _emit_lanes(tracer: Any, root: Any, run: "Run", op_contexts: dict[str, list[Any]]) -> int:
+    from .lanes import MAX_LINKS, lane_aggregates
+
+    created = 0
+    for agg in lane_aggregates(run._trace, getattr(run, "_system_events", None)):
+        s = min(max(agg.first_start_ns, run.start_ns), run.end_ns)
+        e = min(s + agg.total_ns, run.end_ns)
+        links = [trace.Link(ctx) for op in sorted(agg.ops) for ctx in op_contexts.get(op, ())][:MAX_LINKS]
+        span = tracer.start_span(
+            _cap(agg.name),
+            context=trace.set_span_in_context(root),
+            start_time=s,
+            links=links,
+            attributes={
+                "neuronscope.lane": agg.lane,
+                "neuronscope.lane.event": _cap(agg.name),
+                "neuronscope.lane.count": agg.count,
+                "neuronscope.lane.total_time_us": agg.total_ns / 1000,
+                "neuronscope.lane.ops": [_cap(o) for o in sorted(agg.ops)],
+                "neuronscope.aggregate": True,
+            },
+        )
+        span.end(end_time=e)
+        created += 1
+    return created
+
+
+def _emit_summary(
+    tracer: Any, root: Any, summary: "Summary", start: int, end: int, op_contexts: dict[str, list[Any]]
+) -> int:
     created = 0
     bounds = {"": (start, end)}
     spans: dict[str, Any] = {"": root}
@@ -136,6 +168,7 @@ def _emit_summary(tracer: Any, root: Any, summary: "Summary", start: int, end: i
             e = min(s + round(row.self_device_time_us * 1000), hi)
             attrs = op_attributes(row) | {"neuronscope.aggregate": True}
             span, _ = _child(tracer, spans[parent_path], row.name, s, e, attrs)
+            op_contexts.setdefault(row.name, []).append(span.get_span_context())
             span.end(end_time=e)
             created += 1
 
