@@ -117,7 +117,6 @@ class ProfileNeuron:
         self._stack().append(capture)
         if not self.policy.should_profile():
             return capture.unsampled()
-        capture.first_call = self.policy.is_first_profiled_call
         return capture.begin()
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:

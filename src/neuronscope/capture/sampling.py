@@ -63,6 +63,7 @@ class SamplingPolicy:
     def should_profile(self) -> bool:
         """Decide for one call (thread-safe). Counts the call as unsampled when it says no."""
         if self.trivial:
+            self._calls += 1  # only feeds is_first_profiled_call; a lost update under a race is harmless
             return True
         with self._lock:
             n = self._calls

@@ -64,7 +64,8 @@ def lane_aggregates(trace: Trace, system_events: list[dict[str, Any]] | None = N
             trace.correlation_id[sel].tolist(),
             trace.linked_correlation_id[sel].tolist(),
         ):
-            op_corr = linked or launcher_by_flow.get(corr, 0)
+            # live Kineto gives a marker the op's id as correlation; a saved trace the kernel's flow id
+            op_corr = linked or launcher_by_flow.get(corr, 0) or corr
             op_id = op_name_by_corr.get(op_corr)
             op = trace.names[op_id] if op_id is not None else None
             name = trace.names[name_id]
