@@ -13,6 +13,8 @@ from .errors import ConfigurationError
 __all__ = ["Settings", "current", "update"]
 
 DEFAULT_OUTPUT_DIR = "neuronscope-runs"
+DEFAULT_MAX_RUNS = 100
+DEFAULT_MAX_BYTES = 10 * 1024**3
 
 
 def _env_flag(name: str) -> bool:
@@ -24,6 +26,9 @@ class Settings:
     enabled: bool = True
     output_dir: Path | None = None  #: None: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs, read per run
     max_pending: int = 4
+    #: retention of run directories in the output dir (oldest removed first; None = no limit)
+    max_runs: int | None = None  # None: $NEURONSCOPE_MAX_RUNS or DEFAULT_MAX_RUNS
+    max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
 
     def resolved_output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         if override is not None:
@@ -31,6 +36,25 @@ class Settings:
         if self.output_dir is not None:
             return self.output_dir
         return Path(os.environ.get("NEURONSCOPE_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR)
+
+
+    def retention(self) -> tuple[int | None, int | None]:
+        runs = self.max_runs if self.max_runs is not None else _env_int("NEURONSCOPE_MAX_RUNS", DEFAULT_MAX_RUNS)
+        size = self.max_bytes if self.max_bytes is not None else _env_int("NEURONSCOPE_MAX_BYTES", DEFAULT_MAX_BYTES)
+        return (runs or None), (size or None)  # 0 means "no limit"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r}: use a whole number (0 = no limit)") from None
+    if value < 0:
+        raise ConfigurationError(f"{name}={raw!r}: use a whole number >= 0 (0 = no limit)")
+    return value
 
 
 _lock = threading.Lock()

@@ -38,6 +38,8 @@ def configure(
     max_spans: int = _UNSET,
     exporter: str = _UNSET,
     otlp_endpoint: str | None = _UNSET,
+    max_runs: int | None = _UNSET,
+    max_bytes: int | None = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -50,6 +52,10 @@ def configure(
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` set) or ``"console"``, neuronscope builds its own (never
     global). ``op_spans``: ``"summary"`` (default), ``"events"`` (capped by ``max_spans``) or
     ``"none"``. ``otlp_endpoint`` overrides ``OTEL_EXPORTER_OTLP_ENDPOINT`` for our exporter.
+
+    Retention: at most ``max_runs`` run directories (default 100, ``$NEURONSCOPE_MAX_RUNS``)
+    holding at most ``max_bytes`` (default 10 GiB, ``$NEURONSCOPE_MAX_BYTES``) stay in the
+    output dir; the oldest go first, a run being written never; 0 means no limit.
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
@@ -60,6 +66,11 @@ def configure(
         if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
             raise ConfigurationError(f"configure(output_dir={output_dir!r}): use a path or None")
         changes["output_dir"] = Path(output_dir) if output_dir is not None else None
+    for key, value in (("max_runs", max_runs), ("max_bytes", max_bytes)):
+        if value is not _UNSET:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigurationError(f"configure({key}={value!r}): use an int >= 0 (0 = no limit) or None")
+            changes[key] = value
     otel_changes = {
         key: value
         for key, value in (

@@ -16,7 +16,7 @@ from typing import Any
 from .. import _stats
 from .._run import Run, RunStatus
 from ..analysis.summary import summarize
-from ..sinks.rundir import base_manifest, files_of, write_json, write_trace
+from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json, write_trace
 from ..trace.kineto import trace_from_kineto
 
 __all__ = ["ProcessOptions", "add_sink", "last_run", "process_capture"]
@@ -101,12 +101,16 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
             run.manifest["files"] = files_of(run_dir)
             write_json(run_dir / "manifest.json", run.manifest)
         _stats.record("profiled")
+        if run_dir is not None:
+            mark_complete(run_dir)
         run._finish(RunStatus.COMPLETE)
         _set_last(run)
     except Exception as exc:  # noqa: BLE001
         _stats.record("errors")
         log.warning("neuronscope: processing the profile of %r failed: %s", run.name, exc, exc_info=True)
         run.warnings.append(f"processing failed: {exc!r}")
+        if run_dir is not None:
+            mark_complete(run_dir)
         run._finish(RunStatus.FAILED)
 
 

@@ -227,6 +227,8 @@ class _Capture:
             _registry.release(self)
             _stats.record("errors")
             log.warning("neuronscope: could not start profiling %r (%s); running unprofiled", self.name, exc)
+            if self._run_dir is not None:
+                _discard_dir(self._run_dir)
             self._prof = None
             self.run = Run(self.name, getattr(self._backend, "name", "unknown"))
             self.run._finish(RunStatus.FAILED)
@@ -390,7 +392,10 @@ def _submit(run: Run, results: Any, run_dir: Path | None, options: ProcessOption
 def _discard_dir(path: Path) -> None:
     import shutil
 
+    from ..sinks.rundir import mark_complete
+
     shutil.rmtree(path, ignore_errors=True)
+    mark_complete(path)
 
 
 _warned_dirs: set[str] = set()
@@ -400,9 +405,11 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
     """Create the run directory; on failure warn once per output dir and carry on in memory."""
     from ..sinks.rundir import create_run_dir
 
-    output_dir = _config.current().resolved_output_dir(spec.output_dir)
+    settings = _config.current()
+    output_dir = settings.resolved_output_dir(spec.output_dir)
+    max_runs, max_bytes = settings.retention()
     try:
-        return create_run_dir(output_dir, name, start_ns)
+        return create_run_dir(output_dir, name, start_ns, max_runs=max_runs, max_bytes=max_bytes)
     except OSError as exc:
         key = str(output_dir)
         if key not in _warned_dirs:

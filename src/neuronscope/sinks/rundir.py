@@ -42,12 +42,71 @@ def run_dir_name(name: str, start_ns: int | None = None) -> str:
     return f"{safe}-{stamp}-{os.getpid()}-{n}"
 
 
-def create_run_dir(output_dir: Path, name: str, start_ns: int | None = None) -> Path:
-    """Create the run directory (and the output dir) user-only. Raises OSError when unwritable."""
+_RUN_DIR = re.compile(r"^.+-\d{8}T\d{6}\.\d{6}Z-\d+-\d+$")
+_retention_lock = threading.Lock()
+_in_progress: set[Path] = set()
+
+
+def create_run_dir(
+    output_dir: Path, name: str, start_ns: int | None = None, *, max_runs: int | None = None, max_bytes: int | None = None
+) -> Path:
+    """Create the run directory (and the output dir) user-only, applying retention first.
+
+    Raises OSError when unwritable. The new directory counts as in progress (never pruned)
+    until :func:`mark_complete`.
+    """
     output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = output_dir / run_dir_name(name, start_ns)
-    path.mkdir(mode=0o700)
+    with _retention_lock:
+        if max_runs is not None or max_bytes is not None:
+            prune(output_dir, max_runs=max_runs - 1 if max_runs else None, max_bytes=max_bytes)
+        path.mkdir(mode=0o700)
+        _in_progress.add(path)
     return path
+
+
+def mark_complete(path: Path) -> None:
+    with _retention_lock:
+        _in_progress.discard(path)
+
+
+def prune(output_dir: Path, *, max_runs: int | None, max_bytes: int | None) -> list[Path]:
+    """Remove the oldest run directories until at most ``max_runs`` remain and they hold at
+    most ``max_bytes``. Only directories named like ours are touched; runs in progress never."""
+    runs = []
+    try:
+        entries = list(os.scandir(output_dir))
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False) and _RUN_DIR.match(entry.name):
+            path = Path(entry.path)
+            if path not in _in_progress:
+                runs.append((entry.stat(follow_symlinks=False).st_mtime_ns, path))
+    runs.sort()
+    removed: list[Path] = []
+    total = sum(_dir_bytes(p) for _, p in runs) if max_bytes is not None else 0
+    sizes = {}
+    while runs and (
+        (max_runs is not None and len(runs) > max_runs) or (max_bytes is not None and total > max_bytes)
+    ):
+        _, oldest = runs.pop(0)
+        if max_bytes is not None:
+            total -= sizes.get(oldest) or _dir_bytes(oldest)
+        shutil.rmtree(oldest, ignore_errors=True)
+        removed.append(oldest)
+    return removed
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f), follow_symlinks=False).st_size
+            except OSError:
+                pass
+    return total
 
 
 def write_json(path: Path, data: Any) -> None:
