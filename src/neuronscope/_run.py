@@ -37,7 +37,8 @@ class Run:
         self.start_ns: int = 0
         self.end_ns: int = 0
         self.error: str | None = None  #: type name of the exception the profiled code raised
-        self.caller_overhead_ns: int = 0  #: time neuronscope spent on the calling thread (torch's start/stop excluded)
+        self.caller_overhead_ns: int = 0  #: wall time neuronscope spent on the calling thread (torch's start/stop excluded)
+        self.caller_overhead_cpu_ns: int = 0  #: the same as this thread's CPU time (no GIL waits)
         self.error_message: str | None = None  #: its message (capped); the exception itself is not kept
         self.warnings: list[str] = []
         self.manifest: dict[str, Any] = {}

@@ -54,39 +54,6 @@ def test_spans_and_metrics_arrive_over_otlp(protocol, xw, monkeypatch):
         assert {"neuronscope.op.device_time", "neuronscope.profile.duration", "neuronscope.profile.calls"} <= names
 
 
-@pytest.mark.parametrize("scenario", ["dead", "slow", "fail500"])
-def test_broken_endpoints_never_reach_the_caller(scenario, xw):
-    x, w = xw
-    expected = rmsnorm_naive(x, w)
-    ns.configure(exporter="none")
-    baseline, _ = _profiled_calls(x, w, 30)
-    ns.flush(30)
-    if scenario == "dead":
-        ns.configure(exporter="otlp", otlp_endpoint=dead_endpoint())
-        latencies, results = _profiled_calls(x, w, 30)
-        ns.flush(5)
-    else:
-        mode = {"slow": "slow", "fail500": "fail500"}[scenario]
-        with OtlpReceiver("http", mode=mode, delay_s=2.0) as rx:
-            ns.configure(exporter="otlp", otlp_endpoint=rx.endpoint)
-            latencies, results = _profiled_calls(x, w, 30)
-            ns.flush(5)
-            assert rx.requests >= 1  # the exporter really talked to it
-    assert all(torch.equal(r, expected) for r in results)
-    p99 = sorted(latencies)[int(0.99 * len(latencies)) - 1]
-    p99_base = sorted(baseline)[int(0.99 * len(baseline)) - 1]
-    added_ms = (p99 - p99_base) * 1000
-    print(f"{scenario}: p99 {p99 * 1000:.2f} ms vs {p99_base * 1000:.2f} ms without export: +{added_ms:.2f} ms")
-    assert added_ms <= 5.0
-    assert statistics.median(latencies) * 1000 <= statistics.median(baseline) * 1000 + 5.0
-    if scenario in ("dead", "fail500"):
-        deadline = time.monotonic() + 30
-        while ns.stats()["telemetry_dropped"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert ns.stats()["telemetry_dropped"] > 0
-    assert ns.stats()["errors"] == 0
-
-
 def test_missing_exporter_package_gives_an_install_hint(monkeypatch):
     import importlib.util
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from .summary import Summary
+from .summary import OpStats, Summary
 
 __all__ = ["DIFF_SCHEMA_VERSION", "Delta", "OpDelta", "RegionDelta", "Regression", "SummaryDiff", "diff_summaries"]
 
@@ -43,7 +43,7 @@ class Delta:
     def pct(self) -> float | None:
         if self.a == 0:
             return 0.0 if self.b == 0 else None
-        return 100.0 * (self.b - self.a) / self.a
+        return (self.b / self.a - 1.0) * 100.0  # exactly 0 for no change, -100 for a vanished op
 
     def regressed(self, pct: float) -> bool:
         """True when B grew more than ``pct`` percent over A (growth from zero always counts)."""
@@ -192,7 +192,7 @@ def diff_summaries(a: Summary, b: Summary) -> SummaryDiff:
     for name in rows_a.keys() | rows_b.keys():
         ra, rb = rows_a.get(name), rows_b.get(name)
 
-        def both(field: str) -> Delta:
+        def both(field: str, ra: OpStats | None = ra, rb: OpStats | None = rb) -> Delta:
             zero = 0 if field == "calls" else 0.0  # calls stay ints in to_dict()
             return Delta(getattr(ra, field) if ra else zero, getattr(rb, field) if rb else zero)
 

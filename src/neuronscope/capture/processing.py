@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import _stats
+from .. import _config, _stats
 from .._run import Run, RunStatus
 from ..analysis.summary import summarize
 from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json, write_trace
@@ -102,7 +102,7 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
             write_json(run_dir / "manifest.json", run.manifest)
         _stats.record("profiled")
         if run_dir is not None:
-            mark_complete(run_dir)
+            mark_complete(run_dir, max_bytes=_config.current().retention()[1])
         run._finish(RunStatus.COMPLETE)
         _set_last(run)
     except Exception as exc:  # noqa: BLE001

@@ -205,6 +205,7 @@ class _Capture:
         self._run_dir: Path | None = None
         self._windows = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
+        self._callback_cpu_ns = 0
         self._raw_dir: Path | None = None
         self.first_call = False  # set by the decorator for its first profiled call
 
@@ -255,7 +256,7 @@ class _Capture:
         return self.run
 
     def _start(self) -> Run:
-        t_begin = time.perf_counter_ns()
+        t_begin, c_begin = time.perf_counter_ns(), time.thread_time_ns()
         spec = self.spec
         backend = select_backend(spec.device)
         if isinstance(backend, NeuronBackend):
@@ -266,11 +267,15 @@ class _Capture:
         self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
         self.run._otel_parent = capture_parent_context()
         self.run.start_ns = time.time_ns()
-        self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns)
         raw_dir = None
-        if self._run_dir is not None and backend.name == "neuron":
-            raw_dir = self._run_dir / "neuron"
-            raw_dir.mkdir(mode=0o700, exist_ok=True)
+        if backend.name == "neuron":
+            # The Neuron runtime writes its raw files during the profile: the directory must exist now.
+            self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns)
+            if self._run_dir is not None:
+                raw_dir = self._run_dir / "neuron"
+                raw_dir.mkdir(mode=0o700, exist_ok=True)
+        # Elsewhere the run directory is made by the worker: mkdir and retention scans are
+        # syscalls, and each one can cost the caller a GIL hand-over (~5 ms) while the worker computes.
         self._raw_dir = raw_dir
         kwargs: dict[str, Any] = dict(spec.torch_options)
         config = backend.experimental_config(raw_dir)
@@ -283,13 +288,15 @@ class _Capture:
             **kwargs,
         )
         self._inline_if_busy = False
-        t_torch = time.perf_counter_ns()
+        t_torch, c_torch = time.perf_counter_ns(), time.thread_time_ns()
         self._prof.start()
-        t_started = time.perf_counter_ns()
+        t_started, c_started = time.perf_counter_ns(), time.thread_time_ns()
         _registry.set_active_run(self.run)
         self.run.start_ns = time.time_ns()
-        # What neuronscope itself costs the caller, torch.profiler's own start/stop excluded.
+        # What neuronscope itself costs the caller, torch.profiler's own start/stop excluded:
+        # wall time (includes waiting for the GIL) and this thread's CPU time (does not).
         self.run.caller_overhead_ns = (t_torch - t_begin) + (time.perf_counter_ns() - t_started)
+        self.run.caller_overhead_cpu_ns = (c_torch - c_begin) + (time.thread_time_ns() - c_started)
         return self.run
 
     def step(self) -> None:
@@ -306,13 +313,13 @@ class _Capture:
         if self._prof is None or self.run is None:
             return
         run = self.run
-        t_end = time.perf_counter_ns()
+        t_end, c_end = time.perf_counter_ns(), time.thread_time_ns()
         run.end_ns = time.time_ns()
         if exc is not None:
             run.error = type(exc).__name__
             run.error_message = str(exc)[:1024]
         self._inline_if_busy = inline_if_busy
-        t_torch = time.perf_counter_ns()
+        t_torch, c_torch = time.perf_counter_ns(), time.thread_time_ns()
         try:
             try:
                 self._backend.synchronize()  # type: ignore[union-attr]
@@ -320,6 +327,7 @@ class _Capture:
                 self._prof.stop()
                 # on_trace_ready ran inside stop(): that part is ours, the rest is torch's.
                 run.caller_overhead_ns += (t_torch - t_end) + self._callback_ns
+                run.caller_overhead_cpu_ns += (c_torch - c_end) + self._callback_cpu_ns
         except Exception as exc:  # noqa: BLE001
             _stats.record("errors")
             log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc)
@@ -333,7 +341,7 @@ class _Capture:
 
     def _on_trace_ready(self, prof: Any) -> None:
         """torch.profiler calls this when a window (or the whole profile) is ready."""
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         try:
             run = self.run
             assert run is not None and self._backend is not None
@@ -343,7 +351,7 @@ class _Capture:
                 window.start_ns = run.start_ns
                 window.end_ns = time.time_ns()
                 window._otel_parent = run._otel_parent
-                run_dir = self._run_dir if self._windows == 0 else _make_run_dir(self.spec, self.name, window.start_ns)
+                run_dir = self._run_dir if self._windows == 0 else None
                 self._windows += 1
                 run.windows.append(window)
                 target = window
@@ -365,17 +373,29 @@ class _Capture:
                 first_call=self.first_call,
             )
             results = prof.profiler.kineto_results
-            _submit(target, results, run_dir, options, inline_if_busy=self._inline_if_busy)
+            spec, name, start_ns = self.spec, self.name, target.start_ns
+            where = run_dir if run_dir is not None else (lambda: _make_run_dir(spec, name, start_ns))
+            _submit(target, results, where, options, inline_if_busy=self._inline_if_busy)
         except Exception as exc:  # noqa: BLE001
             _stats.record("errors")
             log.warning("neuronscope: handling the finished trace of %r failed: %s", self.name, exc)
         finally:
             self._callback_ns += time.perf_counter_ns() - t0
+            self._callback_cpu_ns += time.thread_time_ns() - c0
 
 
-def _submit(run: Run, results: Any, run_dir: Path | None, options: ProcessOptions, *, inline_if_busy: bool) -> None:
+def _submit(
+    run: Run,
+    results: Any,
+    run_dir: Path | Callable[[], Path | None],
+    options: ProcessOptions,
+    *,
+    inline_if_busy: bool,
+) -> None:
+    """Hand a stopped capture to the worker. ``run_dir`` may be a callable that makes it there."""
+
     def task() -> None:
-        process_capture(run, results, run_dir, options)
+        process_capture(run, results, run_dir() if callable(run_dir) else run_dir, options)
 
     if get_worker().submit(task):
         return
@@ -384,7 +404,7 @@ def _submit(run: Run, results: Any, run_dir: Path | None, options: ProcessOption
         return
     _stats.record("dropped")
     log.warning("neuronscope: background worker full; dropped the profile of %r", run.name)
-    if run_dir is not None:
+    if isinstance(run_dir, Path):
         _discard_dir(run_dir)
     run._finish(RunStatus.DROPPED)
 
@@ -414,12 +434,12 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
         key = str(output_dir)
         if key not in _warned_dirs:
             _warned_dirs.add(key)
-            warnings.warn(
+            message = (
                 f"neuronscope: cannot write run directories under {output_dir} ({exc.strerror or exc}); "
-                "summaries stay in memory (run.summary). Set output_dir= or NEURONSCOPE_OUTPUT_DIR to a writable path.",
-                RuntimeWarning,
-                stacklevel=4,
+                "summaries stay in memory (run.summary). Set output_dir= or NEURONSCOPE_OUTPUT_DIR to a writable path."
             )
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            log.warning(message)
         return None
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..analysis.summary import OpStats, Summary
     from ..report.sources import Source
 
-__all__ = ["JSON_SCHEMA_VERSION", "emit_json", "load_source", "op_json", "source_json", "sort_option", "top_option"]
+__all__ = ["JSON_SCHEMA_VERSION", "emit_json", "load_source", "op_json", "sort_option", "source_json", "top_option"]
 
 #: ``schema_version`` of the JSON that ``show --json`` and ``diff --json`` print.
 JSON_SCHEMA_VERSION = 1
@@ -47,7 +47,7 @@ def sort_option(f: F) -> F:
     )(f)
 
 
-def load_source(path: str) -> "Source":
+def load_source(path: str) -> Source:
     """Open a run directory or trace file, with a spinner on stderr when it is a terminal."""
     from ..report.sources import open_source
     from ..report.terminal import loading, make_console
@@ -56,16 +56,16 @@ def load_source(path: str) -> "Source":
         return open_source(path)
 
 
-def op_json(r: "OpStats") -> dict[str, Any]:
+def op_json(r: OpStats) -> dict[str, Any]:
     d = asdict(r)
     return {k: d[k] for k in ("name", "calls", "self_device_time_us", "device_time_us", "device_pct", "self_cpu_time_us", "cpu_time_us", "first_start_ns", "last_end_ns")}
 
 
-def source_json(src: "Source") -> dict[str, Any]:
+def source_json(src: Source) -> dict[str, Any]:
     return {"label": src.label, "kind": src.kind, "path": str(src.path) if src.path else None, "device": src.device}
 
 
-def summary_ops(summary: "Summary", sort: str, top: int) -> list["OpStats"]:
+def summary_ops(summary: Summary, sort: str, top: int) -> list[OpStats]:
     from ..report.terminal import sort_rows
 
     rows = sort_rows(summary.rows, sort)

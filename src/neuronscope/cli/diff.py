@@ -116,7 +116,7 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
     return 0
 
 
-def make_err_console():  # noqa: ANN201 - a rich Console, imported lazily
+def make_err_console():
     from ..report.terminal import make_console
 
     return make_console(stderr=True)

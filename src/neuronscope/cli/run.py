@@ -87,7 +87,8 @@ def run(
       neuronscope run -m mypkg.serve --port 8000
 
     Options go before SCRIPT; everything after it is passed to the script. The script's
-    output and exit status are preserved; the summary goes to stderr.
+    output and exit status are preserved; the summary goes to stderr. PyTorch runs one
+    profiler at a time: profiles the script opens itself become regions of this one.
     """
     _apply_run_options(RunOptions(op_spans=op_spans, otlp_endpoint=otlp_endpoint, neuron_inspect=neuron_inspect))
     import neuronscope as ns
@@ -107,12 +108,11 @@ def _resolve(script: str, as_module: bool) -> tuple[str, str, str]:
     """(what to run, sys.argv[0] for it, profile name)."""
     if as_module:
         sys.path.insert(0, os.getcwd())  # where `python -m` looks first
+        err: Exception | None = None
         try:
             spec = importlib.util.find_spec(script)
         except (ImportError, ValueError) as exc:
             spec, err = None, exc
-        else:
-            err = None
         finally:
             sys.path.pop(0)
         if spec is None:
@@ -127,7 +127,7 @@ def _resolve(script: str, as_module: bool) -> tuple[str, str, str]:
     return str(path), str(path), path.stem if path.is_file() else path.resolve().name
 
 
-def _run_profiled(profile, target: str, argv0: str, as_module: bool, args: list[str]):  # noqa: ANN001, ANN202
+def _run_profiled(profile, target: str, argv0: str, as_module: bool, args: list[str]):
     """Run the target inside ``profile``; return (exit code, Run). Restores sys state after."""
     saved_argv, saved_path0 = sys.argv[:], (sys.path[0] if sys.path else None)
     sys.argv[:] = [argv0, *args]
@@ -190,7 +190,7 @@ def _print_script_traceback(tb: TracebackType | None, script_file: str, exc: Bas
     sys.stderr.flush()
 
 
-def _print_summary(run_obj, top: int, quiet: bool) -> None:  # noqa: ANN001
+def _print_summary(run_obj, top: int, quiet: bool) -> None:
     from ..report.sources import Source
     from ..report.terminal import header_renderable, make_console, summary_renderable
 

@@ -37,7 +37,8 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
         "regions": [{"path": str, "occurrences": int, "wall_time_us": float,
                      "total_device_time_us": float, "op_count": int,
                      "ops": [Op, ...]}, ...],   # always present, by path
-        "warnings": [str, ...]
+        "warnings": [str, ...],
+        "notes": [str, ...]              # e.g. how to open raw Neuron files
       }
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
@@ -88,4 +89,5 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "ops": [op_json(r) for r in summary_ops(s, sort, top)],
         "regions": regions,
         "warnings": list(s.warnings),
+        "notes": list(s.notes),
     }

@@ -72,8 +72,10 @@ def _op_chart(summary: Summary, key: str, top: int) -> str:
     bar_w = _W - _LABEL_W - 150
     h = _ROW_H * len(rows) + 8
     out = [
-        f'<svg id="op-chart-{key}" class="chart op-chart" data-run="{key}" data-bars="{len(rows)}" '
-        f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="self device time per op">'
+        (
+            f'<svg id="op-chart-{key}" class="chart op-chart" data-run="{key}" data-bars="{len(rows)}" '
+            f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="self device time per op">'
+        )
     ]
     for i, r in enumerate(rows):
         y = 4 + i * _ROW_H
@@ -134,8 +136,10 @@ def _regions(summary: Summary, key: str) -> str:
     bar_w = _W - _LABEL_W - 290  # room for the value label right of the longest bar
     h = _ROW_H * len(items) + 8
     out = [
-        f'<svg id="region-chart-{key}" class="chart region-chart" data-run="{key}" data-bars="{len(items)}" '
-        f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="device and wall time per region">'
+        (
+            f'<svg id="region-chart-{key}" class="chart region-chart" data-run="{key}" data-bars="{len(items)}" '
+            f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="device and wall time per region">'
+        )
     ]
     rows = []
     for i, (path, s) in enumerate(items):
@@ -198,7 +202,7 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
         label = "thread"
     else:
         idx = torch.nonzero(kind == EventKind.DEVICE).flatten()
-        label = "stream"
+        label = "NeuronCore lane" if device == "neuron" else "stream"
     dropped = 0
     if idx.numel():
         threads = trace.thread[idx]
@@ -397,9 +401,11 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
     h = _ROW_H * len(ops) + 8
     out = [
         head,
-        f'<svg id="diff-chart" class="chart diff-chart" data-bars="{len(ops)}" viewBox="0 0 {_W} {h}" width="100%" '
-        'role="img" aria-label="change of self device time per op">'
-        f'<line class="axis" x1="{mid}" x2="{mid}" y1="0" y2="{h}"/>',
+        (
+            f'<svg id="diff-chart" class="chart diff-chart" data-bars="{len(ops)}" viewBox="0 0 {_W} {h}" width="100%" '
+            'role="img" aria-label="change of self device time per op">'
+            f'<line class="axis" x1="{mid}" x2="{mid}" y1="0" y2="{h}"/>'
+        ),
     ]
     rows = []
     for i, o in enumerate(ops):
@@ -463,6 +469,7 @@ def _run_section(source: Source, key: str, top: int, link_base: Path | None, max
         )
     )
     warnings = "".join(f'<p class="warning">{_e(w)}</p>' for w in s.warnings)
+    warnings += "".join(f'<p class="note run-note">{_e(n)}</p>' for n in s.notes)
     return (
         f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
         f'<div class="cards">{cards}</div>{warnings}'

@@ -32,18 +32,18 @@ class Source:
 
     label: str  #: short human name: the run name or the file name
     kind: Literal["run", "trace", "memory"]
-    summary: "Summary"
+    summary: Summary
     path: Path | None = None  #: run directory or trace file
     manifest: dict[str, Any] = field(default_factory=dict)
-    _trace: "Trace | None" = None
-    _trace_loader: Callable[[], "Trace | None"] | None = None
+    _trace: Trace | None = None
+    _trace_loader: Callable[[], Trace | None] | None = None
 
     @property
     def device(self) -> str:
         return self.summary.device
 
     @property
-    def trace(self) -> "Trace | None":
+    def trace(self) -> Trace | None:
         """The event-level trace, or None when the source has none (summary-only run)."""
         if self._trace is None and self._trace_loader is not None:
             loader, self._trace_loader = self._trace_loader, None
@@ -93,12 +93,12 @@ def open_source(path: str | os.PathLike[str]) -> Source:
     return Source(label=p.name, kind="trace", summary=summarize(trace), path=p, manifest=dict(trace.metadata), _trace=trace)
 
 
-def _from_run(run: "Run") -> Source:
+def _from_run(run: Run) -> Source:
     if run.summary is None:
         where = run.path or run.name
         raise TraceLoadError(f"{where}: the run has no summary (status {run.status}); nothing to show")
 
-    def load() -> "Trace | None":
+    def load() -> Trace | None:
         try:
             return run.trace
         except TraceLoadError:

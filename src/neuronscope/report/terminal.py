@@ -8,7 +8,6 @@ first, and op names are shortened with an ellipsis rather than wrapped.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,9 +15,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
-from rich.cells import cell_len
 from rich.text import Text
 
 from .text import format_us
@@ -46,7 +45,7 @@ DEVICE_LABEL = {
 }
 
 #: ``--sort`` choices -> (row key, descending). Ties break by name.
-SORT_KEYS: dict[str, tuple[Callable[["OpStats"], Any], bool]] = {
+SORT_KEYS: dict[str, tuple[Callable[[OpStats], Any], bool]] = {
     "self_device": (lambda r: (r.self_device_time_us, r.device_time_us), True),  # = Summary's own order
     "device": (lambda r: r.device_time_us, True),
     "cpu": (lambda r: r.cpu_time_us, True),
@@ -56,7 +55,6 @@ SORT_KEYS: dict[str, tuple[Callable[["OpStats"], Any], bool]] = {
 }
 
 _NAME_MIN = 14  # an op name column narrower than this is unreadable
-_LOAD_SPINNER_BYTES = 0  # spinner for every load on a TTY; it is transient and costs nothing
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
@@ -75,7 +73,7 @@ def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Consol
     )
 
 
-def sort_rows(rows: Sequence["OpStats"], sort: str) -> list["OpStats"]:
+def sort_rows(rows: Sequence[OpStats], sort: str) -> list[OpStats]:
     """Rows ordered by a ``--sort`` key (largest first; ``name`` alphabetically)."""
     try:
         key, descending = SORT_KEYS[sort]
@@ -147,7 +145,7 @@ def _unicode_ok(console: Console) -> bool:
 # -- single profile ----------------------------------------------------------------------------
 
 
-def header_renderable(source: "Source") -> Text:
+def header_renderable(source: Source) -> Text:
     """One or two lines: what was profiled, on which device, where it lives."""
     s = source.summary
     text = Text()
@@ -164,7 +162,7 @@ def header_renderable(source: "Source") -> Text:
 
 
 def summary_renderable(
-    summary: "Summary",
+    summary: Summary,
     console: Console,
     *,
     top: int | None = 20,
@@ -192,11 +190,13 @@ def summary_renderable(
     footer.append(f"Self device time total: {format_us(summary.total_device_time_us)}")
     for w in summary.warnings:
         footer.append(f"\nwarning: {w}", style="yellow")
+    for note in summary.notes:  # e.g. how to open the raw Neuron files
+        footer.append(f"\n{note}", style="dim")
     heading = [Text(title, style="bold", overflow="ellipsis", no_wrap=True)] if title else []
     return Group(*heading, table, footer)
 
 
-def regions_renderable(summary: "Summary", console: Console, *, top: int | None = 10, sort: str = "self_device") -> RenderableType:
+def regions_renderable(summary: Summary, console: Console, *, top: int | None = 10, sort: str = "self_device") -> RenderableType:
     """A table of regions, then each region's own op table."""
     if not summary.regions:
         return Text("no regions in this profile (use neuronscope.region(...) or torch.profiler.record_function)", style="dim")
@@ -221,7 +221,7 @@ def regions_renderable(summary: "Summary", console: Console, *, top: int | None 
 # -- two profiles ------------------------------------------------------------------------------
 
 
-def _pct_text(d: "Delta", presence: str = "both") -> Text:
+def _pct_text(d: Delta, presence: str = "both") -> Text:
     if presence == "only_b":
         return Text("new", style="red")
     if presence == "only_a":
@@ -238,7 +238,7 @@ def _signed_us(us: float) -> str:
 
 
 def diff_renderable(
-    diff: "SummaryDiff", console: Console, *, top: int | None = 20, by_region: bool = False, labels: tuple[str, str] = ("A", "B")
+    diff: SummaryDiff, console: Console, *, top: int | None = 20, by_region: bool = False, labels: tuple[str, str] = ("A", "B")
 ) -> RenderableType:
     """Totals, then the ops whose self device time changed most (either way)."""
     a_label, b_label = labels
@@ -270,7 +270,7 @@ def diff_renderable(
     return Group(*parts)
 
 
-def _region_diff(diff: "SummaryDiff", console: Console, arrow: str) -> RenderableType:
+def _region_diff(diff: SummaryDiff, console: Console, arrow: str) -> RenderableType:
     if not diff.regions:
         return Text("no regions in either profile", style="dim")
     rs = diff.regions
@@ -298,15 +298,6 @@ def loading(console: Console, path: Path | str | None) -> Iterator[None]:
         size = p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.iterdir() if f.is_file())
     except OSError:
         size = 0
-    if size < _LOAD_SPINNER_BYTES:
-        yield
-        return
     amount = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
     with console.status(f"Loading {p.name} ({amount})…", spinner="dots"):
         yield
-
-
-def print_error_line(message: str) -> None:
-    """One line on stderr, no markup interpretation (file names may contain brackets)."""
-    sys.stderr.write(message.rstrip("\n") + "\n")
-    sys.stderr.flush()

@@ -58,16 +58,21 @@ def create_run_dir(
     output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = output_dir / run_dir_name(name, start_ns)
     with _retention_lock:
-        if max_runs is not None or max_bytes is not None:
-            prune(output_dir, max_runs=max_runs - 1 if max_runs else None, max_bytes=max_bytes)
+        # Only the cheap count rule here (one scandir): this runs on the caller's thread.
+        # The byte budget needs a walk of every run: mark_complete applies it on the worker.
+        if max_runs is not None:
+            prune(output_dir, max_runs=max_runs - 1, max_bytes=None)
         path.mkdir(mode=0o700)
         _in_progress.add(path)
     return path
 
 
-def mark_complete(path: Path) -> None:
+def mark_complete(path: Path, *, max_bytes: int | None = None) -> None:
+    """The run at ``path`` is written; apply the byte budget (background worker only)."""
     with _retention_lock:
         _in_progress.discard(path)
+        if max_bytes is not None:
+            prune(path.parent, max_runs=None, max_bytes=max_bytes)
 
 
 def prune(output_dir: Path, *, max_runs: int | None, max_bytes: int | None) -> list[Path]:

@@ -1,0 +1,141 @@
+"""``neuronscope run script.py [args]``: the script's stdout, argv and exit status are its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import neuronscope as ns
+from cli._profiles import PYTHON
+from neuronscope.cli import cli
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import neuronscope as ns
+
+    x, w = torch.randn(4, 64), torch.randn(64)
+    with ns.region("forward"):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    print(json.dumps({"argv": sys.argv, "name": __name__, "path0": sys.path[0]}))
+    mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+    if mode == "exit":
+        sys.exit(int(sys.argv[2]))
+    if mode == "raise":
+        raise ValueError("boom from the script")
+    if mode == "exit-message":
+        sys.exit("fatal: told to stop")
+    """
+)
+
+
+@pytest.fixture
+def script(tmp_path) -> Path:
+    path = tmp_path / "scripts" / "workload.py"
+    path.parent.mkdir()
+    path.write_text(SCRIPT)
+    return path
+
+
+def _runs(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if (p / "manifest.json").is_file()) if out.is_dir() else []
+
+
+def test_run_in_a_real_process_keeps_stdout_argv_and_exit_code(script, tmp_path):
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        [PYTHON, "-m", "neuronscope", "run", "-o", str(out), "--device", "cpu", str(script), "exit", "3", "--help", "-o", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "NO_COLOR"},
+    )
+    assert proc.returncode == 3, proc.stderr
+    # stdout is exactly what the script printed; options after SCRIPT are the script's own
+    seen = json.loads(proc.stdout)
+    assert seen == {"argv": [str(script), "exit", "3", "--help", "-o", "x"], "name": "__main__", "path0": str(script.parent)}
+    # the summary went to stderr, and the run directory is there
+    assert "Self device time total" in proc.stderr and "aten::mul" in proc.stderr
+    (run_dir,) = _runs(out)
+    assert f"run directory: {run_dir}" in proc.stderr
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["name"] == "workload" and manifest["device"] == "cpu" and manifest["error"] is None
+    assert "forward" in ns.load_run(run_dir).summary.regions
+
+
+def test_run_in_process_with_clirunner(runner, script, tmp_path):
+    out = tmp_path / "runs"
+    argv_before, path0_before = sys.argv[:], sys.path[0]
+    result = runner.invoke(cli, ["run", "-o", str(out), str(script), "a b", "c"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["argv"] == [str(script), "a b", "c"]
+    assert sys.argv == argv_before and sys.path[0] == path0_before  # restored
+    assert "Self device time total" in result.stderr and len(_runs(out)) == 1
+
+
+def test_script_exception_prints_its_traceback_exits_1_and_is_still_summarised(runner, script, tmp_path):
+    out = tmp_path / "runs"
+    result = runner.invoke(cli, ["run", "-o", str(out), str(script), "raise"])
+    assert result.exit_code == 1
+    err = result.stderr
+    assert "Traceback (most recent call last)" in err and "ValueError: boom from the script" in err
+    assert str(script) in err
+    assert "runpy" not in err and "neuronscope/cli" not in err  # the traceback starts at the script
+    assert "Self device time total" in err  # summarised after the failure
+    (run_dir,) = _runs(out)
+    assert json.loads((run_dir / "manifest.json").read_text())["error"] == "ValueError"
+
+
+def test_sys_exit_with_a_message(runner, script, tmp_path):
+    result = runner.invoke(cli, ["run", "-o", str(tmp_path / "runs"), str(script), "exit-message"])
+    assert result.exit_code == 1
+    assert "fatal: told to stop" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_run_a_module(runner, script, tmp_path, monkeypatch):
+    monkeypatch.chdir(script.parent)
+    result = runner.invoke(cli, ["run", "-o", str(tmp_path / "runs"), "-m", "workload", "exit", "0"])
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["name"] == "__main__" and seen["argv"][1:] == ["exit", "0"] and seen["argv"][0].endswith("workload.py")
+    assert "Self device time total" in result.stderr
+
+
+def test_quiet_prints_only_the_run_directory(runner, script, tmp_path):
+    result = runner.invoke(cli, ["run", "-q", "-o", str(tmp_path / "runs"), str(script)])
+    assert result.exit_code == 0
+    assert "run directory:" in result.stderr and "Self device time total" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["run"], 2, "SCRIPT"),
+        (["run", "--device", "tpu", "x.py"], 2, "--device"),
+        (["run", "--otlp-endpoint", "http://127.0.0.1:4318", "x.py"], 2, "--otlp-endpoint is not available yet"),
+        (["run", "--op-spans", "x.py"], 2, "--op-spans is not available yet"),
+        (["run", "--neuron-inspect", "x.py"], 2, "--neuron-inspect is not available yet"),
+        (["run", "does/not/exist.py"], 1, "does/not/exist.py"),
+        (["run", "-m", "no_such_module_neuronscope_test"], 1, "no_such_module_neuronscope_test"),
+    ],
+)
+def test_run_errors(runner, args, code, needle):
+    result = runner.invoke(cli, args)
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and needle in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_run_on_an_absent_device_is_a_clear_failure(runner, script):
+    result = runner.invoke(cli, ["run", "--device", "cuda", str(script)])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1 and "--device cuda" in result.stderr and "not available" in result.stderr
+    assert result.stdout == ""  # the script did not run

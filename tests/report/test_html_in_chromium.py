@@ -1,0 +1,162 @@
+"""The HTML report in a real headless Chromium (Playwright driving the system's chromium).
+
+The page must load from file:// with no console errors and no network requests, the charts
+must render (bars with real, non-zero size, as many as ops shown), sorting must work, and a
+screenshot is saved under $NEURONSCOPE_ARTIFACTS_DIR (or the test's tmp dir).
+
+Needs ``pip install playwright`` and a Chromium (Debian: ``apt-get install -y chromium``;
+or set NEURONSCOPE_CHROMIUM to a chromium/chrome binary). Skipped when either is missing,
+unless NEURONSCOPE_REQUIRE_BROWSER=1 (CI), which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import neuronscope as ns
+from neuronscope.report.html import write_html
+
+_REQUIRED = os.environ.get("NEURONSCOPE_REQUIRE_BROWSER", "") == "1"
+
+
+def _chromium() -> str | None:
+    explicit = os.environ.get("NEURONSCOPE_CHROMIUM")
+    if explicit:
+        return explicit
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _unavailable(reason: str):
+    if _REQUIRED:
+        pytest.fail(f"NEURONSCOPE_REQUIRE_BROWSER=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install playwright)")
+    executable = _chromium()
+    if executable is None:
+        _unavailable("no chromium found (apt-get install -y chromium, or set NEURONSCOPE_CHROMIUM)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path) -> Path:
+    where = os.environ.get("NEURONSCOPE_ARTIFACTS_DIR")
+    path = Path(where) if where else tmp_path / "artifacts"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _Page:
+    """A page opened on a report file, recording console errors and network requests."""
+
+    def __init__(self, browser, path: Path) -> None:
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type in ("error", "warning") else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"request failed: {r.url}"))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.url = path.resolve().as_uri()
+        self.page.goto(self.url, wait_until="load")
+
+    def count(self, selector: str) -> int:
+        return self.page.locator(selector).count()
+
+    def bar_sizes(self, selector: str) -> list[tuple[float, float]]:
+        """Rendered size (getBBox) of every element matching ``selector``."""
+        return self.page.eval_on_selector_all(
+            selector, "els => els.map(e => { const b = e.getBBox(); return [b.width, b.height]; })"
+        )
+
+    def close(self) -> None:
+        self.page.close()
+
+
+def _check_clean(page: _Page) -> None:
+    assert page.errors == [], page.errors
+    assert page.requests == [page.url], page.requests  # self-contained: nothing but the file itself
+
+
+def test_single_report_renders(browser, report_profiles, artifacts):
+    summary = ns.load_run(report_profiles.small).summary
+    path = write_html(report_profiles.small, artifacts / "single-run.html")
+    page = _Page(browser, path)
+    try:
+        _check_clean(page)
+        assert page.page.title() == "neuronscope: small"
+        # one bar per op shown, each with a real rendered size, widest first
+        n = len(summary)
+        assert page.count("svg#op-chart-a rect.op-bar") == n
+        assert page.page.get_attribute("svg#op-chart-a", "data-bars") == str(n)
+        sizes = page.bar_sizes("svg#op-chart-a rect.op-bar")
+        assert all(w > 0 and h > 0 for w, h in sizes)
+        widths = [w for w, _ in sizes]
+        assert widths == sorted(widths, reverse=True)
+        box = page.page.locator("svg#op-chart-a").bounding_box()
+        assert box is not None and box["width"] > 600 and box["height"] > 20 * n
+        # regions, timeline, metadata, files
+        assert page.count("svg#region-chart-a rect.region-bar") == 2
+        events = page.count("svg#timeline-a rect.tl-event") + page.count("svg#timeline-a rect.tl-bin")
+        assert events > 0 and all(w > 0 for w, _ in page.bar_sizes("svg#timeline-a rect.tl-event"))
+        assert page.count("table.manifest tr") > 5
+        assert page.count("a.raw-file") == 3
+        # sorting: open the op table and sort by Calls, descending
+        page.page.click("#run-a details.all-ops summary")
+        page.page.click("#op-table-a thead th:nth-child(2)")
+        calls = [int(t) for t in page.page.locator("#op-table-a tbody tr td:nth-child(2)").all_inner_texts()]
+        assert calls == sorted(calls, reverse=True) and len(calls) == n
+        assert page.errors == []
+        page.page.screenshot(path=str(artifacts / "single-run.png"), full_page=True)
+    finally:
+        page.close()
+    assert (artifacts / "single-run.png").stat().st_size > 10_000
+
+
+def test_diff_report_renders(browser, report_profiles, artifacts):
+    small, big = ns.load_run(report_profiles.small).summary, ns.load_run(report_profiles.big).summary
+    n_ops = len({r.name for r in small.rows} | {r.name for r in big.rows})
+    path = write_html(report_profiles.small, artifacts / "diff.html", report_profiles.big, top=10)
+    page = _Page(browser, path)
+    try:
+        _check_clean(page)
+        assert page.count("svg#diff-chart rect.diff-bar") == min(10, n_ops)
+        assert all(w > 0 for w, _ in page.bar_sizes("svg#diff-chart rect.diff-bar"))
+        assert page.count("svg#diff-chart rect.diff-bar.worse") >= 1  # big is slower
+        assert page.count("svg#op-chart-a rect.op-bar") == min(10, len(small))
+        assert page.count("svg#op-chart-b rect.op-bar") == min(10, len(big))
+        assert page.count("svg.timeline") == 2
+        assert page.page.inner_text("#diff-total").startswith("+")
+        page.page.screenshot(path=str(artifacts / "diff.png"), full_page=True)
+    finally:
+        page.close()
+
+
+def test_binned_timeline_renders(browser, report_profiles, artifacts):
+    path = write_html(report_profiles.big, artifacts / "binned.html", max_timeline_rects=40, timeline_bins=60)
+    page = _Page(browser, path)
+    try:
+        _check_clean(page)
+        bins = page.count("svg#timeline-a rect.tl-bin")
+        assert 0 < bins <= 60 * page.count("svg#timeline-a g.tl-lane")
+        assert all(w > 0 and h > 0 for w, h in page.bar_sizes("svg#timeline-a rect.tl-bin"))
+        page.page.locator("svg#timeline-a").screenshot(path=str(artifacts / "binned-timeline.png"))
+    finally:
+        page.close()
