@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 __all__ = ["record", "reset", "stats"]
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
 _KEYS = ("profiled", "skipped", "dropped", "errors", "unsampled", "joined", "telemetry_dropped")
+# Counters kept elsewhere for speed (the sampling hot path), summed in at read time.
+_sources: list[Callable[[], dict[str, int]]] = []
+_offsets: Counter[str] = Counter()  # what reset() subtracts from those sources
+
+
+def register_source(source: Callable[[], dict[str, int]]) -> None:
+    _sources.append(source)
+
+
+def _from_sources() -> Counter[str]:
+    total: Counter[str] = Counter()
+    for source in _sources:
+        total.update(source())
+    return total
 
 
 def record(key: str, n: int = 1) -> None:
@@ -27,10 +42,17 @@ def stats() -> dict[str, int]:
     ``errors`` failures inside neuronscope (logged, never raised into user code);
     ``telemetry_dropped`` spans/metrics the exporter could not deliver.
     """
+    external = _from_sources()
     with _lock:
-        return {k: _counts.get(k, 0) for k in _KEYS} | {k: v for k, v in _counts.items() if k not in _KEYS}
+        merged = Counter(_counts)
+        for k, v in external.items():
+            merged[k] += v - _offsets.get(k, 0)
+        return {k: merged.get(k, 0) for k in _KEYS} | {k: v for k, v in merged.items() if k not in _KEYS}
 
 
 def reset() -> None:
+    external = _from_sources()
     with _lock:
         _counts.clear()
+        _offsets.clear()
+        _offsets.update(external)

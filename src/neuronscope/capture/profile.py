@@ -147,7 +147,7 @@ class ProfileNeuron:
         if _config.disabled_by_environment():
             return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
         policy = SamplingPolicy(**self._sampling)  # each decorated function samples on its own
-        settings = _config.current
+        should_profile = policy.should_profile
 
         def start(capture: _Capture) -> None:
             capture.first_call = policy.is_first_profiled_call
@@ -157,7 +157,7 @@ class ProfileNeuron:
 
             @wrapt.decorator
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                if not settings().enabled or not policy.should_profile():
+                if not (_config._settings.enabled and should_profile()):
                     return await wrapped(*args, **kwargs)
                 capture = _Capture(this, name, save_trace=save)
                 start(capture)
@@ -173,7 +173,7 @@ class ProfileNeuron:
 
         @wrapt.decorator
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if not settings().enabled or not policy.should_profile():
+            if not (_config._settings.enabled and should_profile()):
                 return wrapped(*args, **kwargs)
             capture = _Capture(this, name, save_trace=save)
             start(capture)

@@ -14,9 +14,11 @@ Rules, applied in this order (all optional, combinable):
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +27,26 @@ from .. import _stats
 from ..errors import ConfigurationError
 
 __all__ = ["SamplingPolicy"]
+
+_policies: "weakref.WeakSet[SamplingPolicy]" = weakref.WeakSet()
+
+
+def _count_value(counter: "itertools.count[int]") -> int:
+    # An itertools.count can be advanced atomically (one C call under the GIL), which is why
+    # the hot path uses it; its repr, "count(N)", is the only way to read it without advancing.
+    return int(repr(counter)[6:-1])
+
+
+def _unsampled_counts() -> dict[str, int]:
+    unsampled = warmup = 0
+    for policy in list(_policies):
+        calls = _count_value(policy._calls)
+        unsampled += calls - policy._sampled
+        warmup += min(calls, policy.warmup)
+    return {"unsampled": unsampled, "warmup": warmup}
+
+
+_stats.register_source(_unsampled_counts)
 
 
 class SamplingPolicy:
@@ -56,34 +78,40 @@ class SamplingPolicy:
         self._random = random.Random(seed).random if seed is not None else random.random
         self._sampler = sampler
         self._lock = threading.Lock()
-        self._calls = 0
+        self._calls = itertools.count()  # every call; next() is atomic
+        self._sampled = 0  # calls that passed the policy (under _lock)
         self._recent: deque[float] = deque()
+        self._threshold = 1.0 if sample is None else float(sample)
+        self._coin = sampler is None and sample is not None
         self.trivial = sample is None and every is None and max_per_minute is None and warmup == 0 and sampler is None
+        _policies.add(self)
 
     def should_profile(self) -> bool:
-        """Decide for one call (thread-safe). Counts the call as unsampled when it says no."""
+        """Decide for one call (thread-safe). The "no" path takes no lock."""
+        n = next(self._calls)
         if self.trivial:
-            self._calls += 1  # only feeds is_first_profiled_call; a lost update under a race is harmless
-            return True
-        with self._lock:
-            n = self._calls
-            self._calls = n + 1
+            return self._yes()
         if n < self.warmup:
-            return self._no("warmup")
+            return False
         if self.every is not None and (n - self.warmup) % self.every:
-            return self._no()
-        if self._sampler is not None:
-            if not self._sampler():
-                return self._no()
-        elif self.sample is not None and self._random() >= self.sample:
-            return self._no()
+            return False
+        if self._coin:
+            if self._random() >= self._threshold:
+                return False
+        elif self._sampler is not None and not self._sampler():
+            return False
         if self.max_per_minute is not None and not self._take_rate_slot():
-            return self._no()
+            return False
+        return self._yes()
+
+    def _yes(self) -> bool:
+        with self._lock:
+            self._sampled += 1
         return True
 
     @property
     def is_first_profiled_call(self) -> bool:
-        return self.warmup == 0 and self._calls <= 1
+        return self.warmup == 0 and self._sampled <= 1
 
     def _take_rate_slot(self) -> bool:
         now = time.monotonic()
@@ -94,13 +122,6 @@ class SamplingPolicy:
                 return False
             self._recent.append(now)
             return True
-
-    @staticmethod
-    def _no(reason: str = "unsampled") -> bool:
-        _stats.record("unsampled")
-        if reason == "warmup":
-            _stats.record("warmup")
-        return False
 
     def describe(self) -> dict[str, Any]:
         return {

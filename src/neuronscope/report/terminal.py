@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -114,21 +115,37 @@ def _fit(columns: list[_Col], width: int) -> list[_Col]:
 def _build_table(console: Console, first_header: str, first_cells: list[str], columns: list[_Col]) -> Table:
     """A table whose first (name) column absorbs the squeeze: it is ellipsised, the numbers never are."""
     kept = _fit(columns, console.width)
-    table = Table(
-        box=box.SIMPLE_HEAD if _unicode_ok(console) else box.ASCII2,
-        show_edge=False,
-        pad_edge=False,
-        header_style="bold",
-    )
-    # Give the name column exactly what is left, so rich never squeezes the numbers.
-    room = console.width - sum(c.width + _SEP for c in kept)
     longest = max([cell_len(first_header)] + [cell_len(n) for n in first_cells])
-    table.add_column(first_header, overflow="ellipsis", no_wrap=True, width=max(min(longest, room), _NAME_MIN))
-    for c in kept:
-        table.add_column(c.header, justify=c.justify, no_wrap=True, min_width=c.width)  # type: ignore[arg-type]
-    for i, name in enumerate(first_cells):
-        table.add_row(name, *(c.cells[i] for c in kept))
-    return table
+
+    def make(name_width: int) -> Table:
+        table = Table(
+            box=box.SIMPLE_HEAD if _unicode_ok(console) else box.ASCII2,
+            show_edge=False,
+            pad_edge=False,
+            header_style="bold",
+        )
+        table.add_column(first_header, overflow="ellipsis", no_wrap=True, width=name_width)
+        for c in kept:
+            table.add_column(c.header, justify=c.justify, no_wrap=True, width=c.width)  # type: ignore[arg-type]
+        for i, name in enumerate(first_cells):
+            table.add_row(name, *(c.cells[i] for c in kept))
+        return table
+
+    # Give the name column what is left, then check with rich's own measurement (its
+    # padding arithmetic differs between versions) and shrink names, or drop a column.
+    name_width = max(min(longest, console.width - sum(c.width + _SEP for c in kept)), _NAME_MIN)
+    while True:
+        table = make(name_width)
+        over = Measurement.get(console, console.options, table).maximum - console.width
+        if over <= 0:
+            return table
+        if name_width - over >= _NAME_MIN:
+            name_width -= over
+        elif kept:
+            kept.remove(max(kept, key=lambda c: c.priority))
+            name_width = max(min(longest, console.width - sum(c.width + _SEP for c in kept)), _NAME_MIN)
+        else:
+            return table  # nothing left to drop: rich crops the name column
 
 
 def _bar(pct: float, cells: int = 10) -> str:
