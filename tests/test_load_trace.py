@@ -99,3 +99,19 @@ def test_missing_file_and_directory_without_trace(tmp_path):
         ns.load_trace(tmp_path)
     with pytest.raises(ns.TraceLoadError, match="manifest.json"):
         ns.load_run(tmp_path)
+
+
+def test_committed_emulated_neuron_trace_loads_as_neuron_with_lanes():
+    from neuronscope.sinks.otel.lanes import lane_aggregates
+
+    trace = ns.load_trace(DATA / "emulated_neuron_rmsnorm.trace.json.gz")
+    assert trace.device == "neuron"
+    summary = ns.summarize(trace)
+    assert summary["aten::mul"].self_device_time_us > 0
+    assert summary["nrta_execute_schedule"].self_device_time_us == 0
+    assert sum(r.device_pct for r in summary.rows) == pytest.approx(100.0)
+    lanes = {(a.lane, a.name): a for a in lane_aggregates(trace)}
+    runtime = lanes[("runtime", "nrta_execute_schedule")]
+    hardware = lanes[("hardware", "nc_exec_running")]
+    assert runtime.count == hardware.count > 0
+    assert "aten::mul" in runtime.ops and "aten::mul" in hardware.ops

@@ -73,10 +73,13 @@ class Run:
     def summary(self) -> "Summary | None":
         """The per-op summary (waits for processing). None for skipped/dropped runs.
 
-        A JOINED run gives the enclosing run's summary of the region it was recorded as.
+        A JOINED run gives the enclosing run's summary of the region it was recorded as,
+        once the enclosing run has finished (None before).
         With a schedule, the latest window's summary.
         """
         if self.parent is not None:
+            if not self.parent.done:
+                return None  # the enclosing profile is still running: waiting here would deadlock
             outer = self.parent.summary
             if outer is None:
                 return None

@@ -120,9 +120,7 @@ def test_quiet_prints_only_the_run_directory(runner, script, tmp_path):
     [
         (["run"], 2, "SCRIPT"),
         (["run", "--device", "tpu", "x.py"], 2, "--device"),
-        (["run", "--otlp-endpoint", "http://127.0.0.1:4318", "x.py"], 2, "--otlp-endpoint is not available yet"),
-        (["run", "--op-spans", "x.py"], 2, "--op-spans is not available yet"),
-        (["run", "--neuron-inspect", "x.py"], 2, "--neuron-inspect is not available yet"),
+        (["run", "--op-spans", "all", "x.py"], 2, "--op-spans"),
         (["run", "does/not/exist.py"], 1, "does/not/exist.py"),
         (["run", "-m", "no_such_module_neuronscope_test"], 1, "no_such_module_neuronscope_test"),
     ],

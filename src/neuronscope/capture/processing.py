@@ -65,6 +65,8 @@ def _set_last(run: Run) -> None:
 def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options: ProcessOptions) -> None:
     try:
         trace = trace_from_kineto(kineto_results, device=run.device)
+        if options.window is not None and len(trace):
+            run.start_ns = trace.start_time_ns  # a schedule window starts at its first event
         summary = summarize(trace)
         run._trace = trace
         run.manifest = {}

@@ -29,26 +29,25 @@ _DEVICES = ("auto", "neuron", "cuda", "cpu")
 class RunOptions:
     """Options of ``run`` that configure neuronscope beyond the profile itself."""
 
-    op_spans: bool = False
+    op_spans: str | None = None
     otlp_endpoint: str | None = None
     neuron_inspect: bool = False
 
 
 def _apply_run_options(opts: RunOptions) -> None:
-    """Configure neuronscope for the script before it starts.
+    """Configure OpenTelemetry export for the script before it starts."""
+    import neuronscope as ns
 
-    LEAD: wire these up, then drop the "not available yet" errors:
-      * --op-spans        -> one OpenTelemetry span per op (neuronscope.configure(...))
-      * --otlp-endpoint   -> neuronscope.configure(otlp_endpoint=...) (OpenTelemetry export)
-      * --neuron-inspect  -> set the Neuron runtime's inspect env vars for the script
-    """
-    for flag, used in (
-        ("--op-spans", opts.op_spans),
-        ("--otlp-endpoint", opts.otlp_endpoint is not None),
-        ("--neuron-inspect", opts.neuron_inspect),
-    ):
-        if used:
-            raise click.UsageError(f"{flag} is not available yet in this version of neuronscope; run without it")
+    changes: dict[str, object] = {}
+    if opts.op_spans is not None:
+        changes["op_spans"] = opts.op_spans
+    if opts.otlp_endpoint is not None:
+        changes.update(exporter="otlp", otlp_endpoint=opts.otlp_endpoint)
+    if changes:
+        try:
+            ns.configure(**changes)
+        except ns.ConfigurationError as exc:
+            raise click.UsageError(str(exc)) from exc
 
 
 @cli.command(
@@ -60,10 +59,9 @@ def _apply_run_options(opts: RunOptions) -> None:
 @click.option("--module", "-m", "as_module", is_flag=True, help="SCRIPT is a module name to run like `python -m` (e.g. -m mypkg.train).")
 @click.option("--top", "-n", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="Ops in the summary printed at the end (0 = all).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the run directory at the end, not the op table.")
-# -- reserved for the lead: accepted now, rejected with a clear message by _apply_run_options --
-@click.option("--op-spans", is_flag=True, help="Export one OpenTelemetry span per op (not available yet).")
-@click.option("--otlp-endpoint", metavar="URL", default=None, help="Send spans to this OTLP endpoint (not available yet).")
-@click.option("--neuron-inspect", is_flag=True, help="Capture the Neuron runtime's inspect output for the script (not available yet).")
+@click.option("--op-spans", type=click.Choice(("summary", "events", "none")), default=None, help="OpenTelemetry span mode (default summary; see docs/opentelemetry.md).")
+@click.option("--otlp-endpoint", metavar="URL", default=None, help="Send spans and metrics to this OTLP endpoint (OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf).")
+@click.option("--neuron-inspect", is_flag=True, help="Whole-program capture by the Neuron runtime (NEURON_RT_INSPECT_*) in a child process, instead of torch.profiler.")
 @click.argument("script", metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
 def run(
@@ -72,7 +70,7 @@ def run(
     as_module: bool,
     top: int,
     quiet: bool,
-    op_spans: bool,
+    op_spans: str | None,
     otlp_endpoint: str | None,
     neuron_inspect: bool,
     script: str,
@@ -94,6 +92,8 @@ def run(
     import neuronscope as ns
 
     target, argv0, name = _resolve(script, as_module)
+    if neuron_inspect:
+        return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
     try:
         profile = ns.profile_neuron(name=name, output_dir=output_dir, device=device)
     except ns.DeviceUnavailableError as exc:
@@ -101,6 +101,59 @@ def run(
 
     code, run_obj = _run_profiled(profile, target, argv0, as_module, list(script_args))
     _print_summary(run_obj, top, quiet)
+    if otlp_endpoint is not None:
+        ns.flush(30)
+    return code
+
+
+def _run_neuron_inspect(target: str, as_module: bool, args: list[str], name: str, output_dir: str | None) -> int:
+    """Environment-variable capture: the Neuron runtime records the whole child process.
+
+    No torch.profiler (the two must not be combined): the child gets NEURON_RT_INSPECT_*
+    pointing into a fresh run directory; afterwards its raw files are found, paired and
+    listed in the run's manifest, with the Neuron Explorer command to open them.
+    """
+    import subprocess
+    import time
+
+    from .. import _config
+    from ..capture.devices.neuron_artifacts import find_artifacts
+    from ..sinks.rundir import base_manifest, create_run_dir, files_of, write_json
+
+    start_ns = time.time_ns()
+    try:
+        run_dir = create_run_dir(_config.current().resolved_output_dir(output_dir), name, start_ns)
+    except OSError as exc:
+        raise Failure(f"--output-dir: cannot create a run directory ({exc.strerror or exc})") from exc
+    raw = run_dir / "neuron"
+    env = dict(os.environ)
+    env.update(
+        NEURON_RT_INSPECT_ENABLE="1",
+        NEURON_RT_INSPECT_OUTPUT_DIR=str(raw),
+        NEURON_RT_INSPECT_SYSTEM_PROFILE="1",
+        NEURON_RT_INSPECT_DEVICE_PROFILE=env.get("NEURON_RT_INSPECT_DEVICE_PROFILE", "session"),
+    )
+    cmd = [sys.executable, *(["-m", target] if as_module else [target]), *args]
+    code = subprocess.call(cmd, env=env)
+    artifacts = find_artifacts(raw)
+    manifest = base_manifest(
+        name=name,
+        device="neuron",
+        status="complete",
+        capture="neuron-inspect",
+        start_ns=start_ns,
+        end_ns=time.time_ns(),
+        exit_code=code,
+        neuron=artifacts.to_manifest(),
+        warnings=artifacts.all_problems(),
+        files=files_of(run_dir),
+    )
+    write_json(run_dir / "manifest.json", manifest)
+    click.echo(f"neuronscope: Neuron runtime capture in {run_dir}", err=True)
+    for problem in artifacts.all_problems():
+        click.echo(f"  warning: {problem}", err=True)
+    for command in artifacts.explorer_commands():
+        click.echo(f"  open in Neuron Explorer: {command}", err=True)
     return code
 
 

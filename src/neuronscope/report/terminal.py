@@ -126,7 +126,7 @@ def _build_table(console: Console, first_header: str, first_cells: list[str], co
         )
         table.add_column(first_header, overflow="ellipsis", no_wrap=True, width=name_width)
         for c in kept:
-            table.add_column(c.header, justify=c.justify, no_wrap=True, width=c.width)  # type: ignore[arg-type]
+            table.add_column(c.header, justify=c.justify, no_wrap=True)  # type: ignore[arg-type]
         for i, name in enumerate(first_cells):
             table.add_row(name, *(c.cells[i] for c in kept))
         return table

@@ -83,12 +83,20 @@ def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
     linked: list[int] = []
     threads: dict[tuple[Any, Any], int] = {}
     saw_device = False
+    saw_neuron = False
     other = EventKind.OTHER
     for ev in doc["traceEvents"]:
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
+        if not isinstance(ev, dict):
+            continue
+        if ev.get("ph") != "X":
+            if ev.get("ph") == "M" and "neuron" in str(ev.get("args", "")).lower():
+                saw_neuron = True  # e.g. process_labels / process_name "NeuronCore 0"
             continue
         name = str(ev.get("name", ""))
-        kind = ACTIVITY_KINDS.get(ev.get("cat"), other)
+        cat = ev.get("cat")
+        kind = ACTIVITY_KINDS.get(cat, other)
+        if cat == "privateuse1_runtime":
+            saw_neuron = True
         if name in FILTERED_NAMES:
             kind = other
         args = ev.get("args") or {}
@@ -112,7 +120,7 @@ def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
         corr.append(c)
         linked.append(link)
     if device is None:
-        device = _device_of(doc, saw_device)
+        device = _device_of(doc, saw_device, saw_neuron)
     meta = {k: v for k, v in doc.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
     return Trace.from_columns(
         names=names,
@@ -128,7 +136,7 @@ def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
     )
 
 
-def _device_of(doc: dict[str, Any], saw_device: bool) -> str:
+def _device_of(doc: dict[str, Any], saw_device: bool, saw_neuron: bool) -> str:
     """Best guess of the device a saved trace describes."""
     declared = doc.get("neuronscope_device")
     if isinstance(declared, str):
@@ -136,4 +144,4 @@ def _device_of(doc: dict[str, Any], saw_device: bool) -> str:
     if not saw_device:
         return "cpu"
     text = json.dumps(doc.get("deviceProperties", [])).lower()
-    return "neuron" if "neuron" in text or "neuron" in str(doc.get("distributedInfo", "")).lower() else "cuda"
+    return "neuron" if saw_neuron or "neuron" in text else "cuda"

@@ -110,7 +110,8 @@ def find_artifacts(root: str | Path, *, device_mode: bool = True) -> NeuronArtif
     root = Path(root)
     found = NeuronArtifacts(root=root)
     if not root.is_dir():
-        found.problems.append(f"{root} does not exist or is not a directory")
+        if device_mode:
+            found.problems.append(f"no NEFF/NTFF files were written: {root} was never created by the Neuron runtime")
         return found
     by_dir: dict[Path, list[Path]] = {}
     for p in sorted(root.rglob("*")):

@@ -1,0 +1,98 @@
+"""A small HTTP inference service with neuronscope left in production code.
+
+FastAPI + OpenTelemetry's FastAPI instrumentation: every request gets a server span; the
+handler is decorated with ``profile_neuron(sample=...)`` and regions, so a sampled request's
+trace holds the profile (root span, regions, per-op aggregate spans) under its request span.
+
+    pip install -e ".[examples]"
+    python examples/inference_service.py --port 8000 --sample 0.1
+    curl -X POST localhost:8000/infer -H 'content-type: application/json' -d '{"rows": 8}'
+
+Point it at Jaeger/Tempo with the standard variables (see examples/observability/):
+OTEL_SERVICE_NAME=llm-api OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 python examples/inference_service.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+from fastapi import FastAPI
+from opentelemetry import trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from pydantic import BaseModel
+
+import neuronscope as ns
+
+HIDDEN = 256
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.weight = torch.nn.Parameter(torch.ones(HIDDEN))
+
+    @ns.region("rmsnorm")
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with ns.region("proj"):
+            x = self.proj(x)
+        return self.norm(x)
+
+
+class InferRequest(BaseModel):
+    rows: int = 8
+
+
+class InferResponse(BaseModel):
+    rows: int
+    checksum: float
+
+
+def create_app(sample: float = 0.1, seed: int | None = None, tracer_provider=None) -> FastAPI:
+    """The service. ``tracer_provider`` is used for both the request spans and neuronscope's."""
+    app = FastAPI(title="neuronscope inference example")
+    model = Model().eval()
+
+    @ns.profile_neuron(name="infer", sample=sample, seed=seed)
+    async def infer(rows: int) -> torch.Tensor:
+        with torch.inference_mode():
+            x = torch.randn(rows, HIDDEN, generator=torch.Generator().manual_seed(rows))
+            return model(x)
+
+    @app.post("/infer", response_model=InferResponse)
+    async def infer_endpoint(req: InferRequest) -> InferResponse:
+        if not 1 <= req.rows <= 4096:
+            from fastapi import HTTPException
+
+            raise HTTPException(status_code=422, detail="rows must be between 1 and 4096")
+        out = await infer(req.rows)
+        return InferResponse(rows=req.rows, checksum=float(out.sum()))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, object]:
+        return {"ok": True, "neuronscope": ns.stats()}
+
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider or trace.get_tracer_provider())
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--sample", type=float, default=float(os.environ.get("NEURONSCOPE_SAMPLE", "0.1")))
+    args = parser.parse_args()
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        ns.configure(exporter="otlp")
+    uvicorn.run(create_app(args.sample), host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The examples run, and do what their docstrings say."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def test_rmsnorm_example_prints_three_summaries_and_a_comparison(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "rmsnorm.py"), "--steps", "3", "--batch", "2", "--seq", "8",
+         "--hidden", "256", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for variant in ("naive", "torch.rms_norm", "torch.compile(naive)"):
+        assert f"=== {variant} (3 steps" in out
+    assert "=== comparison ===" in out
+    comparison = out.split("=== comparison ===")[1]
+    assert all(v in comparison for v in ("naive", "torch.rms_norm", "torch.compile(naive)"))
+    naive_table = out.split("=== naive")[1].split("\n===")[0]
+    assert any(line.startswith("aten::mul ") and line.split()[1] == "6" for line in naive_table.splitlines())
+    assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_training_step_example_makes_one_run_per_active_window(tmp_path):
+    import training_step
+
+    windows = training_step.main(["--steps", "12", "--output-dir", str(tmp_path)])
+    assert len(windows) == 2
+    for w in windows:
+        assert w.summary.regions["forward"].region_stats.occurrences == 3
+        assert w.path.parent == tmp_path
+    assert windows[0].start_ns < windows[1].start_ns
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_inference_service_request_spans_contain_the_profile(tmp_path, monkeypatch):
+    import httpx
+    import uvicorn
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import inference_service
+    import neuronscope as ns
+
+    monkeypatch.setenv("NEURONSCOPE_OUTPUT_DIR", str(tmp_path))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ns.configure(tracer_provider=provider)
+    try:
+        app = inference_service.create_app(sample=0.5, seed=7, tracer_provider=provider)
+        port = _free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            answers = [client.post("/infer", json={"rows": 8}) for _ in range(20)]
+            bad = client.post("/infer", json={"rows": 0})
+            health = client.get("/healthz").json()
+        server.should_exit = True
+        thread.join(timeout=30)
+        ns.flush(30)
+    finally:
+        ns.configure(tracer_provider=None)
+    assert all(a.status_code == 200 for a in answers)
+    assert len({a.json()["checksum"] for a in answers}) == 1  # same input -> same answer, profiled or not
+    assert bad.status_code == 422
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    roots = [s for s in spans if s.name == "infer"]
+    stats = ns.stats()
+    assert 3 <= len(roots) <= 17 and len(roots) == stats["profiled"]  # sample=0.5 of 20
+    assert health["neuronscope"]["profiled"] >= 1
+    for root in roots:
+        request = by_id[root.parent.span_id]
+        assert request.name.startswith("POST /infer")
+        assert request.start_time <= root.start_time and root.end_time <= request.end_time
+        children = {s.name for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id}
+        assert {"proj", "rmsnorm"} <= children
