@@ -49,12 +49,17 @@ def nest(thread: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> Nestin
     if int(rel_end.max()) >= 1 << _TIME_BITS:
         raise ValueError("a single profile longer than 4.9 hours is not supported")
 
-    # Sort by (thread, start, -end) with two stable sorts.
-    order = torch.sort(-rel_end, stable=True).indices
+    # Sort by (thread, start, -end) with two stable sorts -- unless the events already come in
+    # that order (a single-threaded Kineto trace usually does), which one pass checks.
     thread_base = dense_thread << _TIME_BITS
-    key_start = (thread_base + rel_start)[order]
-    order = order[torch.sort(key_start, stable=True).indices]
-    key_start = (thread_base + rel_start)[order]
+    key_start = thread_base + rel_start
+    step = key_start[1:] - key_start[:-1]
+    if bool(((step > 0) | ((step == 0) & (rel_end[1:] <= rel_end[:-1]))).all()):
+        order = torch.arange(n, dtype=torch.int64)
+    else:
+        order = torch.sort(-rel_end, stable=True).indices
+        order = order[torch.sort(key_start[order], stable=True).indices]
+        key_start = key_start[order]
     key_end_sorted = torch.sort((thread_base + rel_end)[order]).values
     t_sorted = thread_base[order]
     s_sorted = rel_start[order]

@@ -23,10 +23,37 @@ __all__ = ["load_trace", "parse_trace_bytes"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
-try:  # orjson parses a 100 MB trace ~2x faster than the standard library
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - exercised when the optional speed-up is absent
-    _orjson = None
+import msgspec
+
+
+# The fast path: msgspec decodes straight into these typed records, skipping every field we
+# do not read (~2x faster than a generic JSON parser building dicts, and far less memory).
+# Anything that does not fit (a foreign or hostile file) falls back to the generic path.
+class _Args(msgspec.Struct):
+    external_id: int = msgspec.field(name="External id", default=0)
+    correlation: int = 0
+    name: str | None = None  # metadata events: process_name
+    labels: str | None = None  # metadata events: process_labels
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    pid: int | str = 0
+    tid: int | str = 0
+    args: _Args | None = None
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[_Event]
+    baseTimeNanoseconds: int = 0
+    neuronscope_device: str | None = None  # written by neuronscope into its own trace.json.gz
+
+
+_decode_typed = msgspec.json.Decoder(_Doc).decode
 
 
 def load_trace(path: str | os.PathLike[str], *, device: str | None = None) -> Trace:
@@ -59,8 +86,17 @@ def parse_trace_bytes(raw: bytes, *, source: str = "<bytes>", device: str | None
     if not raw.strip():
         raise TraceLoadError(f"{source}: the trace file is empty")
     try:
-        doc = _orjson.loads(raw) if _orjson is not None else json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        typed = _decode_typed(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        typed = None  # not the usual shape: parse generically below, for a precise error or a slow load
+    if typed is not None:
+        try:
+            return _trace_from_typed(typed, device)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+    try:
+        doc = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise TraceLoadError(f"{source}: not valid JSON (truncated or corrupt trace?): {exc}") from exc
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
@@ -70,6 +106,68 @@ def parse_trace_bytes(raw: bytes, *, source: str = "<bytes>", device: str | None
         return _trace_from_doc(doc, device)
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
         raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+
+
+def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
+    """The same as :func:`_trace_from_doc`, over msgspec records (attribute access, no dicts)."""
+    base = int(doc.baseTimeNanoseconds or 0)
+    names: list[str] = []
+    kinds: list[int] = []
+    start: list[int] = []
+    dur: list[int] = []
+    thread: list[int] = []
+    corr: list[int] = []
+    linked: list[int] = []
+    threads: dict[tuple[Any, Any], int] = {}
+    saw_device = saw_neuron = False
+    other = EventKind.OTHER
+    device_kinds = (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME)
+    get_kind = ACTIVITY_KINDS.get
+    for ev in doc.traceEvents:
+        if ev.ph != "X":
+            if ev.ph == "M" and ev.args is not None and "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
+                saw_neuron = True
+            continue
+        cat = ev.cat
+        kind = get_kind(cat, other)
+        name = ev.name
+        if name in FILTERED_NAMES:
+            kind = other
+        args = ev.args
+        ext = args.external_id if args is not None else 0
+        if kind in device_kinds:
+            if cat == "privateuse1_runtime":
+                saw_neuron = True
+            saw_device = saw_device or kind == EventKind.DEVICE
+            c, link = (args.correlation if args is not None else 0), ext
+        else:
+            c, link = ext, 0
+        key = (ev.pid, ev.tid)
+        tid = threads.get(key)
+        if tid is None:
+            tid = threads[key] = len(threads)
+        names.append(name)
+        kinds.append(kind)
+        start.append(round(ev.ts * 1000.0) + base)
+        d = round(ev.dur * 1000.0)
+        dur.append(d if d > 0 else 0)
+        thread.append(tid)
+        corr.append(c)
+        linked.append(link)
+    if device is None:
+        device = doc.neuronscope_device or ("neuron" if saw_device and saw_neuron else ("cuda" if saw_device else "cpu"))
+    return Trace.from_columns(
+        names=names,
+        kind=kinds,
+        start_ns=start,
+        duration_ns=dur,
+        thread=thread,
+        correlation_id=corr,
+        linked_correlation_id=linked,
+        device=device,
+        base_time_ns=base,
+        metadata={"baseTimeNanoseconds": base},
+    )
 
 
 def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
