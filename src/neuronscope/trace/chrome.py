@@ -10,11 +10,12 @@ Device work is linked to the op that launched it through the ``External id`` bot
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import zlib
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..errors import TraceLoadError
 from .model import ACTIVITY_KINDS, FILTERED_NAMES, EventKind, Trace
@@ -22,8 +23,6 @@ from .model import ACTIVITY_KINDS, FILTERED_NAMES, EventKind, Trace
 __all__ = ["load_trace", "parse_trace_bytes"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
-
-import msgspec
 
 
 # The fast path: msgspec decodes straight into these typed records, skipping every field we
@@ -88,12 +87,16 @@ def parse_trace_bytes(raw: bytes, *, source: str = "<bytes>", device: str | None
     try:
         typed = _decode_typed(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        typed = None  # not the usual shape: parse generically below, for a precise error or a slow load
-    if typed is not None:
-        try:
-            return _trace_from_typed(typed, device)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+        typed = _decode_generic(raw, source)
+    try:
+        return _trace_from_typed(typed, device)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+
+
+def _decode_generic(raw: bytes, source: str) -> _Doc:
+    """The slow path for files the typed decoder rejects: say precisely what is wrong, or
+    accept what is merely unusual (a bare list of events, numbers given as strings)."""
     try:
         doc = msgspec.json.decode(raw)
     except (msgspec.DecodeError, ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -103,13 +106,13 @@ def parse_trace_bytes(raw: bytes, *, source: str = "<bytes>", device: str | None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceLoadError(f"{source}: not a Kineto/Chrome trace (no 'traceEvents' list at the top level)")
     try:
-        return _trace_from_doc(doc, device)
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+        return msgspec.convert(doc, _Doc, strict=False)
+    except (msgspec.ValidationError, RecursionError) as exc:
+        raise TraceLoadError(f"{source}: malformed trace event: {exc}") from exc
 
 
 def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
-    """The same as :func:`_trace_from_doc`, over msgspec records (attribute access, no dicts)."""
+    """Records -> columns. Device work is linked to its op through the shared External id."""
     base = int(doc.baseTimeNanoseconds or 0)
     names: list[str] = []
     kinds: list[int] = []
@@ -168,78 +171,3 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         base_time_ns=base,
         metadata={"baseTimeNanoseconds": base},
     )
-
-
-def _trace_from_doc(doc: dict[str, Any], device: str | None) -> Trace:
-    base = int(doc.get("baseTimeNanoseconds") or 0)
-    names: list[str] = []
-    kinds: list[int] = []
-    start: list[int] = []
-    dur: list[int] = []
-    thread: list[int] = []
-    corr: list[int] = []
-    linked: list[int] = []
-    threads: dict[tuple[Any, Any], int] = {}
-    saw_device = False
-    saw_neuron = False
-    other = EventKind.OTHER
-    for ev in doc["traceEvents"]:
-        if not isinstance(ev, dict):
-            continue
-        if ev.get("ph") != "X":
-            if ev.get("ph") == "M" and "neuron" in str(ev.get("args", "")).lower():
-                saw_neuron = True  # e.g. process_labels / process_name "NeuronCore 0"
-            continue
-        name = str(ev.get("name", ""))
-        cat = ev.get("cat")
-        kind = ACTIVITY_KINDS.get(cat, other)
-        if cat == "privateuse1_runtime":
-            saw_neuron = True
-        if name in FILTERED_NAMES:
-            kind = other
-        args = ev.get("args") or {}
-        ext = int(args.get("External id", 0) or 0)
-        if kind in (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME):
-            # Device-side events: "correlation" ties runtime call, kernel and hardware marker
-            # together; "External id" is the launching op's.
-            saw_device = saw_device or kind == EventKind.DEVICE
-            c, link = int(args.get("correlation", 0) or 0), ext
-        else:
-            c, link = ext, 0
-        key = (ev.get("pid"), ev.get("tid"))
-        tid = threads.get(key)
-        if tid is None:
-            tid = threads[key] = len(threads)
-        names.append(name)
-        kinds.append(kind)
-        start.append(round(float(ev["ts"]) * 1000.0) + base)
-        dur.append(max(round(float(ev.get("dur", 0)) * 1000.0), 0))
-        thread.append(tid)
-        corr.append(c)
-        linked.append(link)
-    if device is None:
-        device = _device_of(doc, saw_device, saw_neuron)
-    meta = {k: v for k, v in doc.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
-    return Trace.from_columns(
-        names=names,
-        kind=kinds,
-        start_ns=start,
-        duration_ns=dur,
-        thread=thread,
-        correlation_id=corr,
-        linked_correlation_id=linked,
-        device=device,
-        base_time_ns=base,
-        metadata=meta,
-    )
-
-
-def _device_of(doc: dict[str, Any], saw_device: bool, saw_neuron: bool) -> str:
-    """Best guess of the device a saved trace describes."""
-    declared = doc.get("neuronscope_device")
-    if isinstance(declared, str):
-        return declared
-    if not saw_device:
-        return "cpu"
-    text = json.dumps(doc.get("deviceProperties", [])).lower()
-    return "neuron" if saw_neuron or "neuron" in text else "cuda"
