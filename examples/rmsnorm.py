@@ -27,7 +27,8 @@ def rmsnorm_fused(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> t
 
 
 def device_for_tensors() -> torch.device:
-    if torch._C._get_privateuse1_backend_name() == "neuron":
+    neuron = getattr(torch, "neuron", None)
+    if neuron is not None and getattr(neuron, "is_available", lambda: False)():
         return torch.device("neuron")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -80,6 +81,19 @@ def main(argv: list[str] | None = None) -> int:
         total_ms = s.total_device_time_us / 1e3
         top_txt = f"{top.name} x{top.calls} ({top.device_pct:.1f}%)" if top else "-"
         print(f"{name:<22} {total_ms:>10.3f}ms {total_ms / args.steps:>8.3f}ms {len(s):>5}  {top_txt}")
+    if "naive" in runs and "torch.compile(naive)" in runs:
+        from neuronscope.analysis.diff import diff_summaries
+        from neuronscope.report.text import format_us
+
+        d = diff_summaries(runs["naive"].summary, runs["torch.compile(naive)"].summary)
+        pct = d.total.pct
+        print(f"\n=== diff: naive -> torch.compile(naive) ===  (also: neuronscope diff {runs['naive'].path} "
+              f"{runs['torch.compile(naive)'].path})")
+        print(f"total device time {format_us(d.total.a)} -> {format_us(d.total.b)}"
+              + (f" ({pct:+.1f}%)" if pct is not None else ""))
+        for op in d.ops[:6]:
+            t = op.self_device_time_us
+            print(f"  {op.name[:48]:<48} {format_us(t.a):>11} -> {format_us(t.b):>11}  [{op.presence}]")
     print(f"\nrun directories: {', '.join(str(r.path) for r in runs.values())}")
     return 0
 

@@ -1,8 +1,13 @@
-"""Griffe extension for the API reference: render Sphinx roles in neuronscope's docstrings.
+"""Griffe extension for the API reference: make neuronscope's Sphinx-isms render in Markdown.
 
-The package's docstrings use reST roles (``:class:`Run```, ``:func:`~neuronscope.configure```).
-Markdown does not know them, so this turns each into a cross-reference when it names a
-public object (``neuronscope.X`` or ``neuronscope.testing.X``) and into plain code otherwise.
+* reST roles (``:class:`Run```, ``:func:`~neuronscope.configure```) become cross-references
+  when they name a public object (``neuronscope.X`` or ``neuronscope.testing.X``), plain code
+  otherwise;
+* attributes documented with Sphinx's ``#:`` comments (``status: str  #: what happened``, or
+  ``#:`` lines right above the assignment) get those comments as their docstrings;
+* ``profile_neuron`` and ``region``, factory *instances* whose ``__doc__`` is set at run
+  time, get it from the imported object.
+
 Loaded by mkdocstrings through ``options.extensions`` in ``mkdocs.yml``.
 """
 
@@ -55,6 +60,10 @@ class RstRoles(griffe.Extension):
         return f"[`{shown}`][{target}]" if target else f"`{shown}`"
 
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+        if obj.is_attribute and obj.docstring is None:
+            comment = _sphinx_comment(obj)
+            if comment:
+                obj.docstring = griffe.Docstring(comment, parent=obj)
         if obj.path in _RUNTIME_DOCS and obj.docstring is None:
             module, name = _RUNTIME_DOCS[obj.path]
             try:
@@ -65,3 +74,22 @@ class RstRoles(griffe.Extension):
                 obj.docstring = griffe.Docstring(inspect.cleandoc(doc), parent=obj)
         if obj.docstring is not None and ":" in obj.docstring.value:
             obj.docstring.value = _ROLE.sub(self._replace, obj.docstring.value)
+
+
+def _sphinx_comment(obj: griffe.Object) -> str | None:
+    """The ``#:`` comment documenting an attribute: trailing on its line, or the lines above."""
+    try:
+        lines = obj.lines_collection[obj.filepath]  # type: ignore[index]
+    except Exception:  # noqa: BLE001 - no source (e.g. inspected objects)
+        return None
+    if not obj.lineno or obj.lineno > len(lines):
+        return None
+    line = lines[obj.lineno - 1]
+    if "#:" in line:
+        return line.split("#:", 1)[1].strip() or None
+    above: list[str] = []
+    i = obj.lineno - 2
+    while i >= 0 and lines[i].strip().startswith("#:"):
+        above.insert(0, lines[i].strip()[2:].strip())
+        i -= 1
+    return " ".join(above) or None

@@ -120,6 +120,7 @@ def scenario_dropped_events(work: Path) -> dict:
 
 
 def scenario_warmup_decorator(work: Path) -> dict:
+    exporter = spans_setup()
     x, w = inputs()
 
     @ns.profile_neuron(name="infer", output_dir=work / "runs", warmup=2)
@@ -142,6 +143,9 @@ def scenario_warmup_decorator(work: Path) -> dict:
         "warm_warnings": warm.warnings,
         "cold_warnings": cold_run.warnings,
         "cold_compilation": cold_run.manifest["neuron"].get("compilation_suspected", False),
+        "cold_span_flag": next(
+            s for s in span_dicts(exporter) if s["name"] == "cold"
+        )["attributes"].get("neuronscope.compilation_suspected", False),
     }
 
 

@@ -126,6 +126,7 @@ def test_warmup_skips_compiling_calls_and_cold_profiles_are_flagged(tmp_path):
     assert out["stats"]["warmup"] == 2 and out["stats"]["profiled"] == 2
     assert not any("compilation" in w for w in out["warm_warnings"])
     assert out["cold_compilation"] is True and any("compilation" in w for w in out["cold_warnings"])
+    assert out["cold_span_flag"] is True
 
 
 def test_environment_capture_is_refused_with_a_clear_message(tmp_path):

@@ -215,3 +215,23 @@ def test_export_run_replays_a_saved_run_with_original_timestamps(telemetry, xw):
     assert format(root.context.trace_id, "032x") == trace_id
     assert root.start_time == run.start_ns and root.end_time == run.end_ns
     assert any(s.attributes.get("neuronscope.region.path") == "forward/attn" for s in spans)
+
+
+def test_system_profile_events_join_the_lanes(tmp_path):
+    from neuronscope.sinks.otel.lanes import lane_aggregates, read_system_profile
+
+    profile = tmp_path / "system_profile.json"
+    profile.write_text(json.dumps({"events": [
+        {"name": "nrt_execute", "timestamp": 1_000, "duration": 50, "group": "nrt-nc-000", "type": "x"},
+        {"name": "nrt_execute", "timestamp": 2_000, "duration": 70, "group": "nrt-nc-000", "type": "x"},
+        {"name": "nc_exec_running", "timestamp": 1_010, "duration": 30, "group": "neuron_hw/NC0:4", "type": "x"},
+    ]}))
+    events = read_system_profile(profile)
+    trace = ns.load_trace(__import__("pathlib").Path(__file__).parents[1] / "data" / "emulated_neuron_rmsnorm.trace.json.gz")
+    lanes = {(a.lane, a.name): a for a in lane_aggregates(trace, events)}
+    assert lanes[("runtime", "nrt_execute")].count == 2 and lanes[("runtime", "nrt_execute")].total_ns == 120
+    assert lanes[("hardware", "nc_exec_running")].count > 1  # trace markers + the system profile's
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"something": 1}')
+    with pytest.raises(ns.TraceLoadError, match="not a Neuron system profile"):
+        read_system_profile(bad)

@@ -81,6 +81,8 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
         files = raw.get(f"{key}_files")
         if files:
             attrs[f"neuronscope.raw.{key}"] = [_cap(str(f)) for f in files[:64]]
+    if raw.get("compilation_suspected"):
+        attrs["neuronscope.compilation_suspected"] = True
     if raw.get("explorer_command"):
         attrs["neuronscope.raw.explorer_command"] = _cap(raw["explorer_command"])
     if run.warnings:
