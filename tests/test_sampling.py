@@ -60,3 +60,43 @@ def test_bad_sampling_values_fail_at_decoration(kwargs, match):
         @ns.profile_neuron(**kwargs)
         def infer():
             pass
+
+
+def test_inline_with_in_a_loop_shares_one_policy_per_line(xw):
+    runs = []
+    for _ in range(9):
+        with ns.profile_neuron(every=3, warmup=1) as run:
+            xw[0].sum()
+        runs.append(run)
+    profiled = [i for i, r in enumerate(runs) if r.status != ns.RunStatus.SKIPPED]
+    assert profiled == [1, 4, 7]
+
+
+def test_counts_survive_garbage_collection_and_reset(xw):
+    import gc
+
+    from neuronscope import _stats
+
+    def make_and_call():
+        @ns.profile_neuron(sample=0.0)
+        def f(a):
+            return a
+
+        for _ in range(5):
+            f(1)
+
+    make_and_call()
+    gc.collect()
+    assert ns.stats()["unsampled"] == 5
+    _stats.reset()
+    make_and_call()
+    gc.collect()
+    assert ns.stats()["unsampled"] == 5
+
+
+def test_bad_retention_variable_does_not_hang_runs(xw, monkeypatch):
+    monkeypatch.setenv("NEURONSCOPE_MAX_RUNS", "abc")
+    with ns.profile_neuron(name="bad-env") as run:
+        xw[0].sum()
+    assert run.wait(30) and run.status == ns.RunStatus.COMPLETE
+    assert run.summary["aten::sum"].calls == 1 and run.path is not None

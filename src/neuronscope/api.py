@@ -113,12 +113,15 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     run = _load_run(path)
     settings = _otel.settings()
     mode = op_spans or settings.op_spans
-    if mode == "events":
-        run.trace  # noqa: B018 - loads trace.json.gz into run._trace
+    if mode == "events" or (mode == "summary" and run.device != "cpu"):
+        run.trace  # noqa: B018 - loads trace.json.gz into run._trace (events, or the device lanes)
     tracer_provider, meter_provider = resolve_providers(settings)
     if tracer_provider is None:
         return None
-    trace_id, _, _ = emit_run(run, tracer_provider.get_tracer("neuronscope"), mode, settings.max_spans, None)
+    from ._version import __version__
+
+    tracer = tracer_provider.get_tracer("neuronscope", __version__)
+    trace_id, _, _ = emit_run(run, tracer, mode, settings.max_spans, None)
     if meter_provider is not None:
         _otel._record_metrics(run, meter_provider)
     _otel.flush_providers(30)

@@ -63,7 +63,7 @@ def doc_pages() -> list[Path]:
 
 
 def parse_page(path: Path) -> PageBlocks:
-    page = path.relative_to(DOCS).as_posix()
+    page = path.relative_to(DOCS).as_posix() if path.is_relative_to(DOCS) else path.name
     lines = path.read_text(encoding="utf-8").splitlines()
     out = PageBlocks(page)
     pending: tuple[int, str] | None = None  # (line, reason) of a not-run marker

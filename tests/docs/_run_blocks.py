@@ -21,8 +21,10 @@ def main() -> int:
         t0 = time.perf_counter()
         print(f"--- running {label}", flush=True)
         try:
-            # The filename makes tracebacks point at the page: "index.md:42" + the line inside.
-            exec(compile(block["code"], f"<docs/{label}>", "exec"), namespace)
+            # Padded so that tracebacks name the page and its line: File "docs/index.md", line 42.
+            page, _, fence_line = label.rpartition(":")
+            source = "\n" * int(fence_line) + block["code"]
+            exec(compile(source, f"docs/{page}", "exec"), namespace)
         except BaseException:  # noqa: BLE001 - report anything, including SystemExit
             sys.stdout.flush()
             print(f"--- FAILED {label}", file=sys.stderr, flush=True)

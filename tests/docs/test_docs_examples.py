@@ -23,7 +23,9 @@ from _doc_blocks import DOCS, doc_pages, parse_page
 
 RUNNER = Path(__file__).with_name("_run_blocks.py")
 PAGE_TIMEOUT_S = 240
-PAGES = [p.relative_to(DOCS).as_posix() for p in doc_pages()]
+# Pages with at least one runnable python block; the others have nothing to run (their
+# marked blocks are still counted by the summary in conftest.py).
+PAGES = [p.relative_to(DOCS).as_posix() for p in doc_pages() if parse_page(p).runnable]
 
 
 def _clean_env(tmp: Path) -> dict[str, str]:
@@ -37,8 +39,9 @@ def _clean_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def _run_page(page: str, tmp: Path) -> dict:
-    parsed = parse_page(DOCS / page)
+def _run_page(page: str | Path, tmp: Path) -> dict:
+    parsed = parse_page(page if isinstance(page, Path) else DOCS / page)
+    page = parsed.page
     blocks = [{"label": b.label, "code": b.code} for b in parsed.runnable]
     result = {"page": page, "ran": len(blocks), "not_run": [b.not_run for b in parsed.not_run], "labels": [b.label for b in parsed.not_run]}
     if not blocks:
@@ -88,7 +91,22 @@ def test_page_code_blocks(page: str, page_runs: dict[str, Future]):
     _doc_blocks.RESULTS[page] = result
     if result["returncode"] != 0:
         pytest.fail(f"a python block of docs/{page} failed:\n{result['output']}", pytrace=False)
-    if result["ran"] == 0 and not result["not_run"]:
-        pytest.skip(f"docs/{page} has no python blocks")
-    if result["ran"] == 0:
-        pytest.skip(f"docs/{page}: all {len(result['not_run'])} python blocks are marked not-run")
+    assert result["ran"] == len(parse_page(DOCS / page).runnable)
+
+
+def test_the_harness_fails_on_a_broken_block_and_skips_marked_ones(tmp_path):
+    page = tmp_path / "broken.md"
+    page.write_text(
+        "# t\n\n```python\nvalue = 41\n```\n\n<!-- not-run: needs a unicorn -->\n```python\nimport unicorn\n```\n\n"
+        "```bash\nfalse\n```\n\n```python\nassert value == 42, 'off by one'\n```\n",
+        encoding="utf-8",
+    )
+    result = _run_page(page, tmp_path)
+    assert result["ran"] == 2 and result["not_run"] == ["needs a unicorn"]
+    assert result["returncode"] == 1
+    assert 'File "docs/broken.md", line 17' in result["output"] and "off by one" in result["output"]
+
+    marker_without_block = tmp_path / "marker.md"
+    marker_without_block.write_text("<!-- not-run: why -->\nsome text\n", encoding="utf-8")
+    with pytest.raises(_doc_blocks.DocBlockError, match="not followed by a python block"):
+        parse_page(marker_without_block)

@@ -62,6 +62,14 @@ def _set_last(run: Run) -> None:
             _last_run = run
 
 
+def _retention_bytes() -> int | None:
+    try:
+        return _config.current().retention()[1]
+    except Exception:  # noqa: BLE001 - bad env var: already warned when the directory was made
+        log.debug("retention settings unreadable", exc_info=True)
+        return None
+
+
 def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options: ProcessOptions) -> None:
     try:
         trace = trace_from_kineto(kineto_results, device=run.device)
@@ -104,7 +112,7 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
             write_json(run_dir / "manifest.json", run.manifest)
         _stats.record("profiled")
         if run_dir is not None:
-            mark_complete(run_dir, max_bytes=_config.current().retention()[1])
+            mark_complete(run_dir, max_bytes=_retention_bytes())
         run._finish(RunStatus.COMPLETE)
         _set_last(run)
     except Exception as exc:  # noqa: BLE001

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import sys
 import threading
 import time
 import warnings
@@ -68,6 +69,7 @@ class ProfileNeuron:
         warmup: int = 0,
         seed: int | None = None,
         sampler: Callable[[], bool] | None = None,
+        _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ConfigurationError(f"profile_neuron(name={name!r}): name must be a non-empty string")
@@ -79,7 +81,7 @@ class ProfileNeuron:
         self._sampling = dict(
             sample=sample, every=every, max_per_minute=max_per_minute, warmup=warmup, seed=seed, sampler=sampler
         )
-        self.policy = SamplingPolicy(**self._sampling)  # validates; the context manager's own policy
+        self.policy = _policy_for_site(self._sampling, _policy_site)
         if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
             raise ConfigurationError(f"profile_neuron(output_dir={output_dir!r}): use a path (str or os.PathLike)")
         if save_trace is not None and not isinstance(save_trace, bool):
@@ -395,7 +397,14 @@ def _submit(
     """Hand a stopped capture to the worker. ``run_dir`` may be a callable that makes it there."""
 
     def task() -> None:
-        process_capture(run, results, run_dir() if callable(run_dir) else run_dir, options)
+        where: Path | None
+        try:
+            where = run_dir() if callable(run_dir) else run_dir
+        except Exception as exc:  # noqa: BLE001 - no directory, but the run still completes in memory
+            _stats.record("errors")
+            log.warning("neuronscope: could not create the run directory of %r: %s", run.name, exc)
+            where = None
+        process_capture(run, results, where, options)
 
     if get_worker().submit(task):
         return
@@ -427,7 +436,13 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
 
     settings = _config.current()
     output_dir = settings.resolved_output_dir(spec.output_dir)
-    max_runs, max_bytes = settings.retention()
+    try:
+        max_runs, max_bytes = settings.retention()
+    except ConfigurationError as exc:  # a bad NEURONSCOPE_MAX_* must not cost the run
+        if "retention" not in _warned_dirs:
+            _warned_dirs.add("retention")
+            log.warning("neuronscope: %s; keeping every run directory", exc)
+        max_runs = max_bytes = None
     try:
         return create_run_dir(output_dir, name, start_ns, max_runs=max_runs, max_bytes=max_bytes)
     except OSError as exc:
@@ -443,12 +458,48 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
         return None
 
 
+_site_policies: dict[tuple, SamplingPolicy] = {}
+_site_lock = threading.Lock()
+
+
+def _policy_for_site(sampling: dict[str, Any], site: tuple[str, int] | None) -> SamplingPolicy:
+    """The ``with`` form's policy. ``with profile_neuron(every=100):`` written inside a loop makes
+    a new object each time; keyed by its source line, its calls are still counted together."""
+    trivial = all(v is None for k, v in sampling.items() if k != "warmup") and not sampling["warmup"]
+    if site is None or trivial:
+        return SamplingPolicy(**sampling)
+    key = (site, tuple(sorted((k, id(v) if callable(v) else v) for k, v in sampling.items())))
+    with _site_lock:
+        policy = _site_policies.get(key)
+        if policy is None:
+            if len(_site_policies) > 1024:  # generated code: do not grow without bound
+                _site_policies.clear()
+            policy = _site_policies[key] = SamplingPolicy(**sampling)
+        return policy
+
+
 class _ProfileNeuronFactory:
-    """``profile_neuron``: ``@profile_neuron``, ``@profile_neuron(...)`` or ``with profile_neuron(...)``."""
+    """Profile the wrapped code with torch.profiler on the detected device.
+
+        with neuronscope.profile_neuron() as run:      # run.summary, run.path after the block
+            model(x)
+
+        @neuronscope.profile_neuron                      # bare decorator
+        @neuronscope.profile_neuron(name="infer", output_dir="runs/")   # with options
+
+    Options: ``name``, ``device`` ("auto" | "neuron" | "cuda" | "cpu"), ``output_dir``,
+    ``save_trace`` (default: on for ``with``, off for decorators), ``schedule``
+    (``torch.profiler.schedule``; advance with ``run.step()``), ``record_shapes``,
+    ``profile_memory``, ``with_stack``, ``with_flops``, ``neuron`` (:class:`NeuronOptions`),
+    and sampling: ``sample`` (probability), ``every`` (every Nth call), ``max_per_minute``,
+    ``warmup`` (skip the first N calls), ``seed`` or ``sampler`` (a callable deciding a call).
+    Invalid values raise :class:`ConfigurationError` here, not on the first call.
+    """
 
     def __call__(self, func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         if func is None:
-            return ProfileNeuron(**options)
+            caller = sys._getframe(1)
+            return ProfileNeuron(**options, _policy_site=(caller.f_code.co_filename, caller.f_lineno))
         if isinstance(func, str):
             raise TypeError(f"profile_neuron({func!r}): pass the name as a keyword: profile_neuron(name={func!r})")
         if not (callable(func) or isinstance(func, (classmethod, staticmethod))):
@@ -466,16 +517,4 @@ class _ProfileNeuronFactory:
 
 
 profile_neuron = _ProfileNeuronFactory()
-profile_neuron.__doc__ = """Profile the wrapped code with torch.profiler on the detected device.
-
-    with neuronscope.profile_neuron() as run:      # run.summary, run.path after the block
-        model(x)
-
-    @neuronscope.profile_neuron                      # bare decorator
-    @neuronscope.profile_neuron(name="infer", output_dir="runs/")   # with options
-
-Options: ``name``, ``device`` ("auto" | "neuron" | "cuda" | "cpu"), ``output_dir``,
-``save_trace`` (default: on for ``with``, off for decorators), ``schedule``
-(``torch.profiler.schedule``; advance with ``run.step()``), ``record_shapes``,
-``profile_memory``, ``with_stack``, ``with_flops``, ``neuron`` (:class:`NeuronOptions`).
-"""
+profile_neuron.__doc__ = _ProfileNeuronFactory.__doc__

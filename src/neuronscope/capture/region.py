@@ -81,7 +81,18 @@ class Region:
 
 
 class _RegionFactory:
-    """``region("name")`` / ``@region`` / ``@region("name")``."""
+    """Name a piece of code in the profile (a ``torch.profiler.record_function`` region).
+
+        with neuronscope.region("prefill"):   # a with-block
+            ...
+
+        @neuronscope.region("decode")          # a decorator; bare @region uses the qualified name
+        def decode(...): ...
+
+    Regions nest into paths (``forward/attn``) that the summary, the spans and the report use.
+    With no profile running, a region costs one flag check: less than ``record_function``.
+    ``async def`` functions are supported (the region covers the awaited body).
+    """
 
     def __call__(self, name_or_func: Any = None, /) -> Any:
         if name_or_func is None or isinstance(name_or_func, str):
@@ -101,3 +112,4 @@ class _RegionFactory:
 
 
 region = _RegionFactory()
+region.__doc__ = _RegionFactory.__doc__

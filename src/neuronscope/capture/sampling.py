@@ -37,12 +37,29 @@ def _count_value(counter: "itertools.count[int]") -> int:
     return int(repr(counter)[6:-1])
 
 
+_retired = {"unsampled": 0, "warmup": 0}  # counts of policies already garbage-collected
+_retired_lock = threading.Lock()
+
+
+def _tally(calls: "itertools.count[int]", sampled: list[int], warmup: int) -> tuple[int, int]:
+    n = _count_value(calls)
+    return n - sampled[0], min(n, warmup)
+
+
+def _retire(calls: "itertools.count[int]", sampled: list[int], warmup: int) -> None:
+    unsampled, warm = _tally(calls, sampled, warmup)
+    with _retired_lock:
+        _retired["unsampled"] += unsampled
+        _retired["warmup"] += warm
+
+
 def _unsampled_counts() -> dict[str, int]:
-    unsampled = warmup = 0
+    with _retired_lock:
+        unsampled, warmup = _retired["unsampled"], _retired["warmup"]
     for policy in list(_policies):
-        calls = _count_value(policy._calls)
-        unsampled += calls - policy._sampled
-        warmup += min(calls, policy.warmup)
+        u, w = _tally(policy._calls, policy._sampled, policy.warmup)
+        unsampled += u
+        warmup += w
     return {"unsampled": unsampled, "warmup": warmup}
 
 
@@ -79,12 +96,13 @@ class SamplingPolicy:
         self._sampler = sampler
         self._lock = threading.Lock()
         self._calls = itertools.count()  # every call; next() is atomic
-        self._sampled = 0  # calls that passed the policy (under _lock)
+        self._sampled = [0]  # calls that passed the policy (under _lock); a box the finalizer shares
         self._recent: deque[float] = deque()
         self._threshold = 1.0 if sample is None else float(sample)
         self._coin = sampler is None and sample is not None
         self.trivial = sample is None and every is None and max_per_minute is None and warmup == 0 and sampler is None
         _policies.add(self)
+        weakref.finalize(self, _retire, self._calls, self._sampled, warmup)
 
     def should_profile(self) -> bool:
         """Decide for one call (thread-safe). The "no" path takes no lock."""
@@ -106,12 +124,12 @@ class SamplingPolicy:
 
     def _yes(self) -> bool:
         with self._lock:
-            self._sampled += 1
+            self._sampled[0] += 1
         return True
 
     @property
     def is_first_profiled_call(self) -> bool:
-        return self.warmup == 0 and self._sampled <= 1
+        return self.warmup == 0 and self._sampled[0] <= 1
 
     def _take_rate_slot(self) -> bool:
         now = time.monotonic()

@@ -19,7 +19,7 @@ def artifacts(directory: Path, as_json: bool) -> None:
     Both layouts are recognised: session mode (<instance>_pid_<pid>/<timestamp>/neff_<hash>_vnc_<v>.neff
     + profile_nc_<n>_session_<s>.ntff) and model mode (neff_<id>.neff + <id>_instid_<i>_vnc_<v>.ntff).
 
-    \\b
+    \b
     JSON (one object per NEFF, plus NTFFs whose NEFF is missing):
       id        the numeric id shared by a NEFF and its NTFF
       layout    "model" | "session"

@@ -193,7 +193,8 @@ class NeuronBackend(DeviceBackend):
                 "aws-neuronx-tools (neuron-explorer) and pass NeuronOptions(system_profile=...)"
             )
         if raw_dir is not None:
-            artifacts = find_artifacts(raw_dir, device_mode="device" in self.options.modes)
+            # Absolute paths: the printed Neuron Explorer command must work from anywhere.
+            artifacts = find_artifacts(raw_dir.resolve(), device_mode="device" in self.options.modes)
             info.update(artifacts.to_manifest())
             run.warnings.extend(artifacts.all_problems())
             notes += [f"open in Neuron Explorer: {cmd}" for cmd in artifacts.explorer_commands()[:4]]

@@ -50,7 +50,8 @@ def configure_otel(**changes: Any) -> None:
         _settings = candidate
     # Providers we built for the old settings are ours to close.
     for provider in old._own:
-        _safe(provider.shutdown)
+        if provider is not None:
+            _safe(provider.shutdown)
 
 
 def capture_parent_context() -> Any:
@@ -119,6 +120,7 @@ def _providers_to_flush() -> list[Any]:
     return [p for p in (tracer_provider, meter_provider) if p is not None and hasattr(p, "force_flush")]
 
 
+
 def flush_providers(timeout_s: float | None) -> bool:
     ok = True
     millis = int((timeout_s if timeout_s is not None else 30) * 1000)
@@ -130,7 +132,8 @@ def flush_providers(timeout_s: float | None) -> bool:
 
 def shutdown_providers() -> None:
     for provider in _settings._own:
-        _safe(provider.shutdown)
+        if provider is not None:
+            _safe(provider.shutdown)
 
 
 def _safe(fn: Any, *args: Any) -> Any:

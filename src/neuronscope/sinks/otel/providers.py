@@ -103,7 +103,12 @@ def resolve_providers(settings: OtelSettings) -> tuple[Any | None, Any | None]:
         return None, meter
     with _lock:
         if not settings._own:
-            settings._own = _build_own(settings)
+            try:
+                settings._own = _build_own(settings)
+            except ConfigurationError as exc:
+                # e.g. an unsupported OTEL_EXPORTER_OTLP_PROTOCOL: say it once, then stay quiet.
+                log.warning("neuronscope: OpenTelemetry export disabled: %s", exc)
+                settings._own = [None, None]
         own_tracer, own_meter = settings._own
     return own_tracer, meter or own_meter
 
