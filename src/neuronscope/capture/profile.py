@@ -149,7 +149,8 @@ class ProfileNeuron:
         if _config.disabled_by_environment():
             return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
         policy = SamplingPolicy(**self._sampling)  # each decorated function samples on its own
-        should_profile = policy.should_profile
+        # wrapt evaluates `enabled` per call and skips the wrapper entirely when it says no.
+        decide = policy.decider(enabled=lambda: _config._settings.enabled)
 
         def start(capture: _Capture) -> None:
             capture.first_call = policy.is_first_profiled_call
@@ -157,10 +158,8 @@ class ProfileNeuron:
 
         if inspect.iscoroutinefunction(target):
 
-            @wrapt.decorator
+            @wrapt.decorator(enabled=decide)
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                if not (_config._settings.enabled and should_profile()):
-                    return await wrapped(*args, **kwargs)
                 capture = _Capture(this, name, save_trace=save)
                 start(capture)
                 try:
@@ -173,10 +172,8 @@ class ProfileNeuron:
 
             return async_wrapper(func)
 
-        @wrapt.decorator
+        @wrapt.decorator(enabled=decide)
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if not (_config._settings.enabled and should_profile()):
-                return wrapped(*args, **kwargs)
             capture = _Capture(this, name, save_trace=save)
             start(capture)
             try:

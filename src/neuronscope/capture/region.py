@@ -58,19 +58,15 @@ class Region:
         name = self.name or getattr(func, "__qualname__", None) or getattr(func, "__name__", "region")
         if inspect.iscoroutinefunction(func):
 
-            @wrapt.decorator
+            @wrapt.decorator(enabled=_profiling)  # no profile: wrapt calls the function directly
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                if not _profiling():
-                    return await wrapped(*args, **kwargs)
                 with record_function(name):
                     return await wrapped(*args, **kwargs)
 
             return async_wrapper(func)
 
-        @wrapt.decorator
+        @wrapt.decorator(enabled=_profiling)
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if not _profiling():
-                return wrapped(*args, **kwargs)
             with record_function(name):
                 return wrapped(*args, **kwargs)
 

@@ -101,26 +101,53 @@ class SamplingPolicy:
         self._threshold = 1.0 if sample is None else float(sample)
         self._coin = sampler is None and sample is not None
         self.trivial = sample is None and every is None and max_per_minute is None and warmup == 0 and sampler is None
+        self._decide = self.decider()
         _policies.add(self)
         weakref.finalize(self, _retire, self._calls, self._sampled, warmup)
 
     def should_profile(self) -> bool:
         """Decide for one call (thread-safe). The "no" path takes no lock."""
-        n = next(self._calls)
+        return self._decide()
+
+    def decider(self, enabled: Callable[[], bool] = lambda: True) -> Callable[[], bool]:
+        """``should_profile`` as a closure over plain locals, ``enabled()`` checked first.
+
+        Decorators hand it to wrapt as ``enabled=``: wrapt then calls the function directly,
+        in C, whenever it says no -- ~0.25 us for an unsampled call instead of ~0.8 us.
+        """
+        next_call = self._calls.__next__
+        yes = self._yes
+        warmup, every, threshold, rand = self.warmup, self.every, self._threshold, self._random
+        coin, sampler = self._coin, self._sampler
+        take_slot = self._take_rate_slot if self.max_per_minute is not None else None
         if self.trivial:
-            return self._yes()
-        if n < self.warmup:
-            return False
-        if self.every is not None and (n - self.warmup) % self.every:
-            return False
-        if self._coin:
-            if self._random() >= self._threshold:
+
+            def decide() -> bool:
+                if not enabled():
+                    return False
+                next_call()
+                return yes()
+
+            return decide
+
+        def decide() -> bool:
+            if not enabled():
                 return False
-        elif self._sampler is not None and not self._sampler():
-            return False
-        if self.max_per_minute is not None and not self._take_rate_slot():
-            return False
-        return self._yes()
+            n = next_call()
+            if n < warmup:
+                return False
+            if every is not None and (n - warmup) % every:
+                return False
+            if coin:
+                if rand() >= threshold:
+                    return False
+            elif sampler is not None and not sampler():
+                return False
+            if take_slot is not None and not take_slot():
+                return False
+            return yes()
+
+        return decide
 
     def _yes(self) -> bool:
         with self._lock:
