@@ -205,6 +205,7 @@ class _Capture:
         self._windows = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
         self._callback_cpu_ns = 0
+        self._inline_if_busy = False  # the `with` form processes inline rather than drop
         self._raw_dir: Path | None = None
         self.first_call = False  # set by the decorator for its first profiled call
 
@@ -286,7 +287,6 @@ class _Capture:
             on_trace_ready=self._on_trace_ready,
             **kwargs,
         )
-        self._inline_if_busy = False
         t_torch, c_torch = time.perf_counter_ns(), time.thread_time_ns()
         self._prof.start()
         t_started, c_started = time.perf_counter_ns(), time.thread_time_ns()

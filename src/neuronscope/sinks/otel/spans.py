@@ -122,10 +122,11 @@ def emit_run(run: "Run", tracer: Any, mode: str, max_spans: int, parent_context:
     return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"), created
 
 
-def _child(tracer: Any, parent: Any, name: str, start: int, end: int, attrs: dict[str, Any]) -> Any:
+def _child(tracer: Any, parent: Any, name: str, start: int, attrs: dict[str, Any], links: Any = None) -> Any:
+    """Start a span under ``parent`` at ``start`` (Unix ns); the caller ends it."""
     return tracer.start_span(
-        _cap(name), context=trace.set_span_in_context(parent), start_time=start, attributes=attrs
-    ), end
+        _cap(name), context=trace.set_span_in_context(parent), start_time=start, attributes=attrs, links=links
+    )
 
 
 def _emit_lanes(tracer: Any, root: Any, run: "Run", op_contexts: dict[str, list[Any]]) -> int:
@@ -136,12 +137,13 @@ def _emit_lanes(tracer: Any, root: Any, run: "Run", op_contexts: dict[str, list[
         s = min(max(agg.first_start_ns, run.start_ns), run.end_ns)
         e = min(s + agg.total_ns, run.end_ns)
         links = [trace.Link(ctx) for op in sorted(agg.ops) for ctx in op_contexts.get(op, ())][:MAX_LINKS]
-        span = tracer.start_span(
-            _cap(agg.name),
-            context=trace.set_span_in_context(root),
-            start_time=s,
+        span = _child(
+            tracer,
+            root,
+            agg.name,
+            s,
             links=links,
-            attributes={
+            attrs={
                 "neuronscope.lane": agg.lane,
                 "neuronscope.lane.event": _cap(agg.name),
                 "neuronscope.lane.count": agg.count,
@@ -169,7 +171,7 @@ def _emit_summary(
             s = min(max(row.first_start_ns, lo), hi)
             e = min(s + round(row.self_device_time_us * 1000), hi)
             attrs = op_attributes(row) | {"neuronscope.aggregate": True}
-            span, _ = _child(tracer, spans[parent_path], row.name, s, e, attrs)
+            span = _child(tracer, spans[parent_path], row.name, s, attrs)
             op_contexts.setdefault(row.name, []).append(span.get_span_context())
             span.end(end_time=e)
             created += 1
@@ -191,7 +193,7 @@ def _emit_summary(
             "neuronscope.region.device_time_us": region.total_device_time_us,
             "neuronscope.aggregate": True,
         }
-        span, _ = _child(tracer, spans[parent_path], path.rsplit("/", 1)[-1], s, e, attrs)
+        span = _child(tracer, spans[parent_path], path.rsplit("/", 1)[-1], s, attrs)
         spans[path], bounds[path] = span, (s, e)
         created += 1
         emit_ops(path, region.direct_rows)
@@ -264,7 +266,7 @@ def _emit_events(tracer: Any, root: Any, run: "Run", budget: int) -> tuple[int, 
         parent_span, lo, hi = made_by_pos.get(parent_pos, (root, run.start_ns, run.end_ns))
         s2 = min(max(s, lo), hi)
         e2 = max(min(e, hi), s2)
-        span = tracer.start_span(_cap(name), context=trace.set_span_in_context(parent_span), start_time=s2, attributes=attrs)
+        span = _child(tracer, parent_span, name, s2, attrs)
         created += 1
         if own is not None:
             made_by_pos[own] = (span, s2, e2)
