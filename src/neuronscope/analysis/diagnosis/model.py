@@ -1,0 +1,331 @@
+"""The diagnosis of one run: why it is slow, as plain, serialisable data.
+
+``run.diagnosis`` / ``neuronscope.diagnose(...)`` return a :class:`Diagnosis`. Every time is
+in microseconds (floats from int64 ns data), every instant in Unix-epoch nanoseconds. The
+field names are part of the public contract (summary.json, ``neuronscope show --json``,
+OpenTelemetry attributes and metrics read them); new fields may be added, existing ones
+keep their meaning within a ``schema_version``.
+
+This module imports nothing heavy: the CLI reads a saved diagnosis without numpy or torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "BOUND_BY",
+    "DIAGNOSIS_SCHEMA_VERSION",
+    "GAP_CLASSES",
+    "Diagnosis",
+    "Finding",
+    "Gap",
+    "Gaps",
+    "Step",
+    "Steps",
+    "Timeline",
+]
+
+DIAGNOSIS_SCHEMA_VERSION = 1
+
+#: Why the device was idle, finest first. Every idle nanosecond of the run window gets one.
+GAP_CLASSES = ("host_wait", "launch", "sync", "data", "compile", "other")
+#: The verdicts: ``device`` when the device was busy >= 80 % of the window, else the idle class
+#: that held most of the idle time (``other`` counts as ``host``).
+BOUND_BY = ("device", "host", "launch", "sync", "data", "compile")
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One device idle interval at or above the gap threshold."""
+
+    start_ns: int
+    duration_us: float
+    cls: str  #: one of GAP_CLASSES
+    #: what the host was doing meanwhile: (CPU op / region / python function, us inside the gap), most first
+    host: tuple[tuple[str, float], ...] = ()
+    source: str | None = None  #: ``file.py:123`` where the host was, when stacks were recorded
+    before: str | None = None  #: the device op that ended the busy period before the gap
+    after: str | None = None  #: the device op that ended the gap
+    step: int | None = None  #: index into ``Diagnosis.steps.per_step`` when steps are known
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["duration_us"] = _r(self.duration_us)
+        d["host"] = [[name, _r(us)] for name, us in self.host]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Gap":
+        return cls(
+            start_ns=int(d["start_ns"]),
+            duration_us=float(d["duration_us"]),
+            cls=str(d["cls"]),
+            host=tuple((str(n), float(us)) for n, us in d.get("host", ())),
+            source=d.get("source"),
+            before=d.get("before"),
+            after=d.get("after"),
+            step=d.get("step"),
+        )
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Device idle intervals ``>= threshold_us``, classified. ``top``: the longest (at most 5)."""
+
+    threshold_us: float
+    count: int
+    total_us: float
+    us_by_class: dict[str, float]
+    count_by_class: dict[str, int]
+    top: tuple[Gap, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "threshold_us": self.threshold_us,
+            "count": self.count,
+            "total_us": _r(self.total_us),
+            "us_by_class": {k: _r(v) for k, v in self.us_by_class.items()},
+            "count_by_class": dict(self.count_by_class),
+            "top": [g.to_dict() for g in self.top],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Gaps":
+        return cls(
+            threshold_us=float(d["threshold_us"]),
+            count=int(d["count"]),
+            total_us=float(d["total_us"]),
+            us_by_class={str(k): float(v) for k, v in d.get("us_by_class", {}).items()},
+            count_by_class={str(k): int(v) for k, v in d.get("count_by_class", {}).items()},
+            top=tuple(Gap.from_dict(g) for g in d.get("top", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step (a repeated top-level region, decorated call, ``ProfilerStep#N`` or ``ns.step()``)."""
+
+    index: int
+    start_ns: int
+    duration_us: float
+    device_busy_pct: float
+    bound_by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "start_ns": self.start_ns,
+            "duration_us": _r(self.duration_us),
+            "device_busy_pct": _r(self.device_busy_pct, 2),
+            "bound_by": self.bound_by,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Step":
+        return cls(int(d["index"]), int(d["start_ns"]), float(d["duration_us"]), float(d["device_busy_pct"]), str(d["bound_by"]))
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Per-step wall time. ``source``: ``profiler_step`` | ``ns.step`` | ``region`` | ``calls``."""
+
+    source: str
+    name: str  #: the region / function the steps are, or ``ProfilerStep`` / ``ns.step``
+    count: int
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    max_us: float
+    slowest_index: int
+    #: every step (a run with more than ``MAX_STEPS_SAVED`` keeps the slowest ones and says so in ``count``)
+    per_step: tuple[Step, ...] = ()
+
+    @property
+    def slowest(self) -> Step | None:
+        for s in self.per_step:
+            if s.index == self.slowest_index:
+                return s
+        return None
+
+    def durations_us(self) -> list[float]:
+        return [s.duration_us for s in self.per_step]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "name": self.name,
+            "count": self.count,
+            "p50_us": _r(self.p50_us),
+            "p90_us": _r(self.p90_us),
+            "p99_us": _r(self.p99_us),
+            "max_us": _r(self.max_us),
+            "slowest_index": self.slowest_index,
+            "per_step": [s.to_dict() for s in self.per_step],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Steps":
+        return cls(
+            source=str(d["source"]),
+            name=str(d["name"]),
+            count=int(d["count"]),
+            p50_us=float(d["p50_us"]),
+            p90_us=float(d["p90_us"]),
+            p99_us=float(d["p99_us"]),
+            max_us=float(d["max_us"]),
+            slowest_index=int(d["slowest_index"]),
+            per_step=tuple(Step.from_dict(s) for s in d.get("per_step", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of advice. ``rule`` is a stable id (``elementwise_chain``, ``sync_in_loop``, ...)."""
+
+    rule: str
+    message: str  #: what to change, in one line
+    us_at_stake: float  #: estimated time saved over the whole run if fixed
+    evidence: dict[str, Any] = field(default_factory=dict)  #: ops, regions, ``file:line``, the numbers
+    severity: str = "medium"  #: ``high`` | ``medium`` | ``low`` | ``info``
+    us_per_step: float | None = None  #: ``us_at_stake`` per step, when the run has steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "message": self.message,
+            "us_at_stake": _r(self.us_at_stake),
+            "us_per_step": None if self.us_per_step is None else _r(self.us_per_step),
+            "severity": self.severity,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        per_step = d.get("us_per_step")
+        return cls(
+            rule=str(d["rule"]),
+            message=str(d["message"]),
+            us_at_stake=float(d.get("us_at_stake", 0.0)),
+            evidence=dict(d.get("evidence") or {}),
+            severity=str(d.get("severity", "medium")),
+            us_per_step=None if per_step is None else float(per_step),
+        )
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What the HTML report draws: busy fraction in equal bins, and the classified gaps."""
+
+    start_ns: int
+    end_ns: int
+    busy_bins: tuple[float, ...] = ()  #: fraction of each bin the device was busy, 0..1
+    gaps: tuple[tuple[int, int, str], ...] = ()  #: (start_ns, duration_ns, cls), the longest gaps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "busy_bins": [round(b, 4) for b in self.busy_bins],
+            "gaps": [list(g) for g in self.gaps],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Timeline":
+        return cls(
+            start_ns=int(d["start_ns"]),
+            end_ns=int(d["end_ns"]),
+            busy_bins=tuple(float(b) for b in d.get("busy_bins", ())),
+            gaps=tuple((int(s), int(n), str(c)) for s, n, c in d.get("gaps", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why a run is slow: device busy/idle, classified gaps, steps, a verdict and advice."""
+
+    device: str  #: "cpu" | "cuda" | "neuron"
+    #: what "busy" means: ``device`` (device-op intervals on the device lanes) or
+    #: ``cpu_main_thread`` (no accelerator: the CPU ops of the busiest thread)
+    timeline: str
+    window_start_ns: int
+    window_end_ns: int
+    device_busy_us: float
+    device_idle_us: float
+    device_busy_pct: float
+    idle_us_by_class: dict[str, float]  #: every idle microsecond of the window, by class (sums to device_idle_us)
+    gaps: Gaps
+    steps: Steps | None
+    bound_by: str  #: one of BOUND_BY
+    evidence: dict[str, Any]  #: the numbers behind ``bound_by``
+    findings: tuple[Finding, ...] = ()  #: most time at stake first
+    notes: tuple[str, ...] = ()  #: what could not be diagnosed and how to enable it
+    timeline_data: Timeline | None = None
+
+    @property
+    def window_us(self) -> float:
+        return (self.window_end_ns - self.window_start_ns) / 1e3
+
+    @property
+    def top_finding(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def finding(self, rule: str) -> Finding | None:
+        """The finding of ``rule``, or None."""
+        return next((f for f in self.findings if f.rule == rule), None)
+
+    def headline(self) -> list[str]:
+        """The 3-5 line verdict the terminal summary starts with."""
+        from ...report.diagnosis_text import headline
+
+        return headline(self)
+
+    def __str__(self) -> str:
+        return "\n".join(self.headline())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": DIAGNOSIS_SCHEMA_VERSION,
+            "device": self.device,
+            "timeline": self.timeline,
+            "window_start_ns": self.window_start_ns,
+            "window_end_ns": self.window_end_ns,
+            "device_busy_us": _r(self.device_busy_us),
+            "device_idle_us": _r(self.device_idle_us),
+            "device_busy_pct": _r(self.device_busy_pct, 2),
+            "idle_us_by_class": {k: _r(v) for k, v in self.idle_us_by_class.items()},
+            "gaps": self.gaps.to_dict(),
+            "steps": None if self.steps is None else self.steps.to_dict(),
+            "bound_by": self.bound_by,
+            "evidence": self.evidence,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+            "timeline_data": None if self.timeline_data is None else self.timeline_data.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Diagnosis":
+        steps = d.get("steps")
+        tl = d.get("timeline_data")
+        return cls(
+            device=str(d["device"]),
+            timeline=str(d["timeline"]),
+            window_start_ns=int(d["window_start_ns"]),
+            window_end_ns=int(d["window_end_ns"]),
+            device_busy_us=float(d["device_busy_us"]),
+            device_idle_us=float(d["device_idle_us"]),
+            device_busy_pct=float(d["device_busy_pct"]),
+            idle_us_by_class={str(k): float(v) for k, v in d.get("idle_us_by_class", {}).items()},
+            gaps=Gaps.from_dict(d["gaps"]),
+            steps=None if steps is None else Steps.from_dict(steps),
+            bound_by=str(d["bound_by"]),
+            evidence=dict(d.get("evidence") or {}),
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings", ())),
+            notes=tuple(str(n) for n in d.get("notes", ())),
+            timeline_data=None if tl is None else Timeline.from_dict(tl),
+        )
