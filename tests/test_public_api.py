@@ -3,8 +3,10 @@ import neuronscope
 EXPECTED = {
     "ConfigurationError",
     "DeviceUnavailableError",
+    "Diagnosis",
     "Event",
     "EventKind",
+    "Finding",
     "NeuronOptions",
     "NeuronscopeError",
     "OpStats",
@@ -51,5 +53,18 @@ def test_torch_neuronx_is_not_imported_at_import_time():
     import sys
 
     code = "import sys, neuronscope; print('torch_neuronx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_import_is_cheap_and_torch_free():
+    """``import neuronscope`` and reading saved runs must not import torch (the CLI's start-up)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, neuronscope; from neuronscope.analysis.summary import Summary; "
+        "from neuronscope.analysis.diagnosis import Diagnosis; print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -5,46 +5,74 @@
     with ns.profile_neuron() as run:
         y = model(x)
     print(run.summary)
+    print(run.diagnosis)
+
+Names are imported on first use (PEP 562): ``import neuronscope`` is cheap, and the parts
+that read saved runs (the CLI's ``show``, ``diff``, ``report``...) never import torch.
 """
 
 from __future__ import annotations
 
-from ._run import Run, RunStatus
-from ._stats import stats
-from ._version import __version__
-from .analysis.summary import OpStats, RegionStats, Summary, summarize
-from .api import configure, export_run, flush, last_run, load_run, load_trace
-from .capture.devices.neuron import NeuronOptions
-from .capture.profile import ProfileNeuron, profile_neuron
-from .capture.region import Region, region
-from .errors import ConfigurationError, DeviceUnavailableError, NeuronscopeError, TraceLoadError
-from .trace.model import Event, EventKind, Trace
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ConfigurationError",
-    "DeviceUnavailableError",
-    "Event",
-    "EventKind",
-    "NeuronOptions",
-    "NeuronscopeError",
-    "OpStats",
-    "ProfileNeuron",
-    "Region",
-    "RegionStats",
-    "Run",
-    "RunStatus",
-    "Summary",
-    "Trace",
-    "TraceLoadError",
-    "__version__",
-    "configure",
-    "export_run",
-    "flush",
-    "last_run",
-    "load_run",
-    "load_trace",
-    "profile_neuron",
-    "region",
-    "stats",
-    "summarize",
-]
+from ._version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from ._run import Run, RunStatus
+    from ._stats import stats
+    from .analysis.diagnosis import Diagnosis, Finding
+    from .analysis.summary import OpStats, RegionStats, Summary, summarize
+    from .api import compare_ranks, configure, diagnose, export_run, flush, last_run, load_run, load_trace
+    from .capture.devices.neuron import NeuronOptions
+    from .capture.profile import ProfileNeuron, profile_neuron
+    from .capture.region import Region, region
+    from .capture.steps import step
+    from .errors import ConfigurationError, DeviceUnavailableError, NeuronscopeError, TraceLoadError
+    from .trace.model import Event, EventKind, Trace
+
+# public name -> module that defines it
+_LAZY = {
+    "ConfigurationError": ".errors",
+    "DeviceUnavailableError": ".errors",
+    "Diagnosis": ".analysis.diagnosis",
+    "Event": ".trace.model",
+    "EventKind": ".trace.kinds",
+    "Finding": ".analysis.diagnosis",
+    "NeuronOptions": ".capture.devices.neuron",
+    "NeuronscopeError": ".errors",
+    "OpStats": ".analysis.summary",
+    "ProfileNeuron": ".capture.profile",
+    "Region": ".capture.region",
+    "RegionStats": ".analysis.summary",
+    "Run": "._run",
+    "RunStatus": "._run",
+    "Summary": ".analysis.summary",
+    "Trace": ".trace.model",
+    "TraceLoadError": ".errors",
+    "configure": ".api",
+    "export_run": ".api",
+    "flush": ".api",
+    "last_run": ".api",
+    "load_run": ".api",
+    "load_trace": ".api",
+    "profile_neuron": ".capture.profile",
+    "region": ".capture.region",
+    "stats": "._stats",
+    "summarize": ".analysis.summary",
+}
+
+__all__ = sorted([*_LAZY, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'neuronscope' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value  # next access is a plain attribute lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,7 +1,7 @@
 """Who-contains-whom for CPU events, computed without a per-event Python loop.
 
 torch builds the op tree with a per-thread stack over ``FunctionEvent`` objects. We get the
-same parent for every event from sorted int64 columns:
+same parent for every event from sorted int64 columns (numpy):
 
 * sort each thread's events by (start, -end), as torch does;
 * depth(i) = number of earlier events of the thread still open when i starts
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 __all__ = ["Nesting", "nest"]
 
@@ -31,18 +31,22 @@ _TIME_BITS = 44
 class Nesting:
     """Result of :func:`nest`, all tensors aligned with the ``order`` passed back."""
 
-    order: torch.Tensor  #: positions into the input columns, sorted by (thread, start, -end)
-    parent: torch.Tensor  #: parent as a position into ``order`` (-1 for roots)
-    depth: torch.Tensor
+    order: np.ndarray  #: positions into the input columns, sorted by (thread, start, -end)
+    parent: np.ndarray  #: parent as a position into ``order`` (-1 for roots)
+    depth: np.ndarray
 
 
-def nest(thread: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> Nesting:
+def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> Nesting:
     """Compute parent and depth of each interval, per thread."""
-    n = int(start.numel())
+    thread = np.asarray(thread, dtype=np.int64)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    n = int(start.size)
     if n == 0:
-        empty = torch.empty(0, dtype=torch.int64)
+        empty = np.empty(0, dtype=np.int64)
         return Nesting(empty, empty, empty)
-    _, dense_thread = torch.unique(thread, return_inverse=True)
+    _, dense_thread = np.unique(thread, return_inverse=True)
+    dense_thread = dense_thread.reshape(-1).astype(np.int64)
     t0 = int(start.min())
     rel_start = start - t0
     rel_end = end - t0
@@ -55,38 +59,39 @@ def nest(thread: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> Nestin
     key_start = thread_base + rel_start
     step = key_start[1:] - key_start[:-1]
     if bool(((step > 0) | ((step == 0) & (rel_end[1:] <= rel_end[:-1]))).all()):
-        order = torch.arange(n, dtype=torch.int64)
+        order = np.arange(n, dtype=np.int64)
     else:
-        order = torch.sort(-rel_end, stable=True).indices
-        order = order[torch.sort(key_start[order], stable=True).indices]
+        order = np.argsort(-rel_end, kind="stable")
+        order = order[np.argsort(key_start[order], kind="stable")]
         key_start = key_start[order]
-    key_end_sorted = torch.sort((thread_base + rel_end)[order]).values
+    key_end_sorted = np.sort((thread_base + rel_end)[order])
     t_sorted = thread_base[order]
     s_sorted = rel_start[order]
     e_sorted = rel_end[order]
 
-    pos = torch.arange(n, dtype=torch.int64)
-    first_of_thread = torch.searchsorted(key_start, t_sorted)  # key_start of a thread starts at t<<bits
+    pos = np.arange(n, dtype=np.int64)
+    first_of_thread = np.searchsorted(key_start, t_sorted)  # key_start of a thread starts at t<<bits
     local = pos - first_of_thread
-    ended_by_start = torch.searchsorted(key_end_sorted, key_start, right=True) - first_of_thread
+    ended_by_start = np.searchsorted(key_end_sorted, key_start, side="right") - first_of_thread
     # Zero-length events at the same instant sort after i and "end" by i's start without
     # preceding it; they must not be subtracted.
     zero = s_sorted == e_sorted
     zero_keys = key_start[zero]
-    zero_at_start = torch.searchsorted(zero_keys, key_start, right=True) - torch.searchsorted(zero_keys, key_start)
-    last_same_start = torch.searchsorted(key_start, key_start, right=True) - 1
-    zero_after = torch.where(zero, last_same_start - pos + 1, zero_at_start)
-    depth = (local - (ended_by_start - zero_after)).clamp_(min=0)
+    zero_at_start = np.searchsorted(zero_keys, key_start, side="right") - np.searchsorted(zero_keys, key_start)
+    last_same_start = np.searchsorted(key_start, key_start, side="right") - 1
+    zero_after = np.where(zero, last_same_start - pos + 1, zero_at_start)
+    depth = np.maximum(local - (ended_by_start - zero_after), 0)
 
     # parent = last earlier position with depth - 1 (searching keys depth * n + pos).
-    depth_key, depth_order = torch.sort(depth * n + pos)
+    depth_order = np.argsort(depth * n + pos, kind="stable")
+    depth_key = (depth * n + pos)[depth_order]
     query = (depth - 1) * n + pos
-    hit = torch.searchsorted(depth_key, query) - 1
+    hit = np.searchsorted(depth_key, query) - 1
     hit_ok = (depth > 0) & (hit >= 0)
-    hit = hit.clamp(min=0)
+    hit = np.maximum(hit, 0)
     cand = depth_order[hit]
-    parent = torch.where(hit_ok & (depth[cand] == depth - 1), cand, torch.full_like(pos, -1))
+    parent = np.where(hit_ok & (depth[cand] == depth - 1), cand, -1)
     # Guard against malformed (partially overlapping) input: a parent must be on the same thread.
-    parent = torch.where((parent >= 0) & (t_sorted[parent.clamp(min=0)] != t_sorted), -1, parent)
-    depth = torch.where(parent < 0, 0, depth)
+    parent = np.where((parent >= 0) & (t_sorted[np.maximum(parent, 0)] != t_sorted), -1, parent)
+    depth = np.where(parent < 0, 0, depth)
     return Nesting(order=order, parent=parent, depth=depth)

@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from ..trace.kinds import EventKind
 
-from ..trace.model import EventKind, Trace
-from .nesting import nest
+if TYPE_CHECKING:
+    from ..trace.model import Trace
 
 __all__ = ["OpStats", "RegionStats", "Summary", "summarize"]
 
@@ -151,65 +151,73 @@ class Summary:
 
 def summarize(trace: Trace) -> Summary:
     """Compute the per-op and per-region summary of a trace (vectorised; see module doc)."""
+    import numpy as np
+
+    from .nesting import nest
+
     kind = trace.kind
     n_names = max(len(trace.names), 1)
+    i64max = np.iinfo(np.int64).max
     cpu_kinds = (kind == EventKind.OP) | (kind == EventKind.REGION) | (kind == EventKind.RUNTIME)
-    tree_idx = torch.nonzero(cpu_kinds).flatten()
+    tree_idx = np.flatnonzero(cpu_kinds)
     start = trace.start_ns[tree_idx]
     dur = trace.duration_ns[tree_idx]
     nesting = nest(trace.thread[tree_idx], start, start + dur)
     # From here on everything is indexed by position in the nesting order.
     idx = tree_idx[nesting.order]
-    parent, depth = nesting.parent.clone(), nesting.depth
+    parent, depth = nesting.parent.copy(), nesting.depth
     name = trace.name_id[idx]
     start, dur = trace.start_ns[idx], trace.duration_ns[idx]
     is_region = trace.kind[idx] == EventKind.REGION
-    m = int(idx.numel())
+    m = int(idx.size)
 
     # Device work linked to the op that launched it (self device time before folding).
-    dev_mask = kind == EventKind.DEVICE
-    dev_idx = torch.nonzero(dev_mask).flatten()
-    self_dev = torch.zeros(m, dtype=torch.int64)
-    first_dev = torch.full((m,), torch.iinfo(torch.int64).max, dtype=torch.int64)
-    last_dev = torch.zeros(m, dtype=torch.int64)
+    dev_idx = np.flatnonzero(kind == EventKind.DEVICE)
+    self_dev = np.zeros(m, dtype=np.int64)
+    first_dev = np.full(m, i64max, dtype=np.int64)
+    last_dev = np.zeros(m, dtype=np.int64)
     unlinked_dev = dev_idx
-    if dev_idx.numel() and m:
+    if dev_idx.size and m:
         corr = trace.correlation_id[idx]
-        launchers = torch.nonzero((corr > 0) & (trace.linked_correlation_id[idx] == 0)).flatten()
-        corr_sorted, corr_order = torch.sort(corr[launchers])
+        launchers = np.flatnonzero((corr > 0) & (trace.linked_correlation_id[idx] == 0))
+        corr_order = np.argsort(corr[launchers], kind="stable")
+        corr_sorted = corr[launchers][corr_order]
         linked = trace.linked_correlation_id[dev_idx]
-        hit = torch.searchsorted(corr_sorted, linked).clamp(max=max(len(corr_sorted) - 1, 0))
-        found = (linked > 0) & (corr_sorted[hit] == linked) if len(corr_sorted) else torch.zeros_like(linked, dtype=torch.bool)
+        if corr_sorted.size:
+            hit = np.minimum(np.searchsorted(corr_sorted, linked), corr_sorted.size - 1)
+            found = (linked > 0) & (corr_sorted[hit] == linked)
+        else:
+            hit = np.zeros(linked.size, dtype=np.int64)
+            found = np.zeros(linked.size, dtype=bool)
         op_pos = launchers[corr_order[hit[found]]]
         d_start = trace.start_ns[dev_idx[found]]
         d_dur = trace.duration_ns[dev_idx[found]]
-        self_dev.index_add_(0, op_pos, d_dur)
-        first_dev.scatter_reduce_(0, op_pos, d_start, reduce="amin")
-        last_dev.scatter_reduce_(0, op_pos, d_start + d_dur, reduce="amax")
+        np.add.at(self_dev, op_pos, d_dur)
+        np.minimum.at(first_dev, op_pos, d_start)
+        np.maximum.at(last_dev, op_pos, d_start + d_dur)
         unlinked_dev = dev_idx[~found]
 
     # torch folds a node into a same-named parent whose only child it is (_remove_dup_nodes).
-    alive = torch.ones(m, dtype=torch.bool)
+    alive = np.ones(m, dtype=bool)
     if m:
         has_parent = parent >= 0
-        pp = parent.clamp(min=0)
-        n_children = torch.bincount(parent[has_parent], minlength=m)
+        pp = np.maximum(parent, 0)
+        n_children = np.bincount(parent[has_parent], minlength=m)
         folded = has_parent & (name[pp] == name) & (n_children[pp] == 1)
         if bool(folded.any()):
             alive = ~folded
-            survivor = parent.clone()
+            survivor = parent.copy()
             while True:  # pointer-jump each node's parent past folded nodes to the survivor
-                jump = (survivor >= 0) & folded[survivor.clamp(min=0)]
+                jump = (survivor >= 0) & folded[np.maximum(survivor, 0)]
                 if not bool(jump.any()):
                     break
-                survivor = torch.where(jump, parent[survivor.clamp(min=0)], survivor)
+                survivor = np.where(jump, parent[np.maximum(survivor, 0)], survivor)
             # The survivor takes the kernels of the deepest node folded into it (torch's rule).
-            folded_pos = torch.nonzero(folded).flatten()
+            folded_pos = np.flatnonzero(folded)
             top = survivor[folded_pos]
-            deepest_key = torch.full((m,), -1, dtype=torch.int64).scatter_reduce_(
-                0, top, depth[folded_pos] * m + folded_pos, reduce="amax"
-            )
-            tops = torch.nonzero(deepest_key >= 0).flatten()
+            deepest_key = np.full(m, -1, dtype=np.int64)
+            np.maximum.at(deepest_key, top, depth[folded_pos] * m + folded_pos)
+            tops = np.flatnonzero(deepest_key >= 0)
             deepest = deepest_key[tops] % m
             self_dev[tops] = self_dev[deepest]
             first_dev[tops] = first_dev[deepest]
@@ -218,55 +226,56 @@ def summarize(trace: Trace) -> Summary:
 
     has_parent = (parent >= 0) & alive
     pp = parent[has_parent]
-    child_dur = torch.zeros(m, dtype=torch.int64).index_add_(0, pp, dur[has_parent])
+    child_dur = np.zeros(m, dtype=np.int64)
+    np.add.at(child_dur, pp, dur[has_parent])
     self_cpu = dur - child_dur
-    total_dev = self_dev.clone()
+    total_dev = self_dev.copy()
     if m:
         # Bottom-up: add each node's inclusive device time to its (surviving) parent.
         for d in range(int(depth.max()), 0, -1):
-            level = torch.nonzero((depth == d) & has_parent).flatten()
-            total_dev.index_add_(0, parent[level], total_dev[level])
+            level = np.flatnonzero((depth == d) & has_parent)
+            np.add.at(total_dev, parent[level], total_dev[level])
 
     # Region path of every node (the innermost enclosing region, itself included).
     path_names: list[str] = [""]
-    path_of = torch.zeros(m, dtype=torch.int64)
+    path_of = np.zeros(m, dtype=np.int64)
     region_paths: dict[tuple[int, int], int] = {}
-    is_step = torch.tensor([n.startswith(_STEP_MARKER) for n in trace.names], dtype=torch.bool)
+    is_step = np.array([n.startswith(_STEP_MARKER) for n in trace.names] or [False], dtype=bool)
     is_real_region = is_region & ~is_step[name] if m else is_region
     if m:
         for d in range(int(depth.max()) + 1):
-            level = torch.nonzero(depth == d).flatten()
-            inherited = torch.where(parent[level] >= 0, path_of[parent[level].clamp(min=0)], 0)
+            level = np.flatnonzero(depth == d)
+            inherited = np.where(parent[level] >= 0, path_of[np.maximum(parent[level], 0)], 0)
             path_of[level] = inherited
             reg = level[is_real_region[level]]
-            if reg.numel():
-                pairs = torch.stack([inherited[is_real_region[level]], name[reg]], 1)
-                uniq, inv = torch.unique(pairs, dim=0, return_inverse=True)
+            if reg.size:
+                pair_key = inherited[is_real_region[level]] * n_names + name[reg]
+                uniq, inv = np.unique(pair_key, return_inverse=True)
                 ids = []
-                for parent_path, name_id in uniq.tolist():
-                    key = (parent_path, name_id)
-                    if key not in region_paths:
+                for key in uniq.tolist():
+                    parent_path, name_id = divmod(key, n_names)
+                    if (parent_path, name_id) not in region_paths:
                         prefix = path_names[parent_path]
-                        region_paths[key] = len(path_names)
+                        region_paths[(parent_path, name_id)] = len(path_names)
                         path_names.append(f"{prefix}/{trace.names[name_id]}" if prefix else trace.names[name_id])
-                    ids.append(region_paths[key])
-                path_of[reg] = torch.tensor(ids, dtype=torch.int64)[inv]
+                    ids.append(region_paths[(parent_path, name_id)])
+                path_of[reg] = np.array(ids, dtype=np.int64)[inv.reshape(-1)]
 
     cpu_only = trace.device == "cpu"
     if cpu_only:
         self_dev, total_dev = self_cpu, dur
         first_dev, last_dev = start, start + dur
     else:
-        no_dev = first_dev == torch.iinfo(torch.int64).max
-        first_dev = torch.where(no_dev, start, first_dev)
-        last_dev = torch.where(no_dev, start + dur, last_dev)
+        no_dev = first_dev == i64max
+        first_dev = np.where(no_dev, start, first_dev)
+        last_dev = np.where(no_dev, start + dur, last_dev)
 
     # Ops (not regions) of surviving nodes, aggregated per (region path, name).
     row_mask = alive & ~is_region
-    region_of_row = torch.where(is_region, 0, path_of)  # an op's path is its enclosing region's
+    region_of_row = np.where(is_region, 0, path_of)  # an op's path is its enclosing region's
     groups = _aggregate(
         key=region_of_row[row_mask] * n_names + name[row_mask],
-        calls=torch.ones(int(row_mask.sum()), dtype=torch.int64),
+        calls=np.ones(int(row_mask.sum()), dtype=np.int64),
         dev=total_dev[row_mask],
         self_dev=self_dev[row_mask],
         cpu=dur[row_mask],
@@ -275,13 +284,13 @@ def summarize(trace: Trace) -> Summary:
         last=last_dev[row_mask],
     )
     # Device work whose launching op is not in the trace gets its own row, named after it.
-    if unlinked_dev.numel():
+    if unlinked_dev.size:
         ud = trace.duration_ns[unlinked_dev]
         us = trace.start_ns[unlinked_dev]
-        zeros = torch.zeros_like(ud)
+        zeros = np.zeros_like(ud)
         extra = _aggregate(
             key=trace.name_id[unlinked_dev],
-            calls=torch.ones_like(ud),
+            calls=np.ones_like(ud),
             dev=ud,
             self_dev=ud,
             cpu=zeros,
@@ -298,11 +307,11 @@ def summarize(trace: Trace) -> Summary:
 
     # Region occurrence statistics.
     region_stats: dict[int, RegionStats] = {}
-    live_regions = torch.nonzero(is_real_region & alive).flatten()
-    if live_regions.numel():
+    live_regions = np.flatnonzero(is_real_region & alive)
+    if live_regions.size:
         for g in _aggregate(
             key=path_of[live_regions],
-            calls=torch.ones_like(live_regions),
+            calls=np.ones_like(live_regions),
             dev=dur[live_regions],
             self_dev=dur[live_regions],
             cpu=dur[live_regions],
@@ -334,15 +343,20 @@ def summarize(trace: Trace) -> Summary:
 
 def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last) -> list[tuple]:
     """Group by ``key``: sums of the measures, min of ``first``, max of ``last``."""
-    if key.numel() == 0:
+    import numpy as np
+
+    if key.size == 0:
         return []
-    uniq, inv = torch.unique(key, return_inverse=True)
-    k = int(uniq.numel())
-    sums = torch.zeros((5, k), dtype=torch.int64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
+    k = int(uniq.size)
+    sums = np.zeros((5, k), dtype=np.int64)
     for row, values in enumerate((calls, dev, self_dev, cpu, self_cpu)):
-        sums[row].index_add_(0, inv, values)
-    lo = torch.full((k,), torch.iinfo(torch.int64).max, dtype=torch.int64).scatter_reduce_(0, inv, first, "amin")
-    hi = torch.zeros(k, dtype=torch.int64).scatter_reduce_(0, inv, last, "amax")
+        np.add.at(sums[row], inv, values)
+    lo = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lo, inv, first)
+    hi = np.zeros(k, dtype=np.int64)
+    np.maximum.at(hi, inv, last)
     return [
         (key_, c, d, sd, cp, scp, f, l_)
         for key_, (c, d, sd, cp, scp), f, l_ in zip(uniq.tolist(), sums.T.tolist(), lo.tolist(), hi.tolist())

@@ -27,6 +27,7 @@ import torch
 import wrapt
 
 from .. import _config, _stats
+from .. import api as _api  # noqa: F401 - registers the OpenTelemetry sink and the flush at exit
 from .._run import Run, RunStatus
 from .._worker import get_worker
 from ..errors import ConfigurationError

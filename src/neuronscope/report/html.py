@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import torch
+import numpy as np
 
 from .._version import __version__
 from ..analysis.diff import SummaryDiff, diff_summaries
+from ..analysis.intervals import busy_bins
 from ..analysis.nesting import nest
 from ..analysis.summary import Summary
 from ..trace.model import EventKind, Trace
@@ -179,9 +180,9 @@ def _regions(summary: Summary, key: str) -> str:
 @dataclass
 class _Lane:
     label: str
-    start: torch.Tensor  # int64 ns, absolute
-    end: torch.Tensor
-    name_id: torch.Tensor
+    start: np.ndarray  # int64 ns, absolute
+    end: np.ndarray
+    name_id: np.ndarray
     kind: str  # "device" | "region"
 
 
@@ -195,55 +196,36 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
     kind = trace.kind
     end_all = trace.start_ns + trace.duration_ns
     if device == "cpu":
-        idx = torch.nonzero(kind == EventKind.OP).flatten()
-        if idx.numel():
+        idx = np.flatnonzero(kind == EventKind.OP)
+        if idx.size:
             n = nest(trace.thread[idx], trace.start_ns[idx], end_all[idx])
             idx = idx[n.order][n.depth == 0]
         label = "thread"
     else:
-        idx = torch.nonzero(kind == EventKind.DEVICE).flatten()
+        idx = np.flatnonzero(kind == EventKind.DEVICE)
         label = "NeuronCore lane" if device == "neuron" else "stream"
     dropped = 0
-    if idx.numel():
+    if idx.size:
         threads = trace.thread[idx]
-        uniq = torch.unique(threads)
+        uniq = np.unique(threads)
         busy = [(int(t), int(trace.duration_ns[idx[threads == t]].sum())) for t in uniq.tolist()]
         busy.sort(key=lambda tb: -tb[1])
         dropped = max(len(busy) - 12, 0)
         for n_lane, (t, _) in enumerate(busy[:12]):
             sel = idx[threads == t]
-            sel = sel[torch.argsort(trace.start_ns[sel])]
+            sel = sel[np.argsort(trace.start_ns[sel], kind="stable")]
             lanes.append(_Lane(f"{label} {n_lane}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "device"))
     # Regions (not torch's ProfilerStep# markers), one lane per nesting depth, at most three.
-    is_step = torch.tensor([nm.startswith(_STEP_MARKER) for nm in trace.names] or [False], dtype=torch.bool)
-    ridx = torch.nonzero((kind == EventKind.REGION) & ~is_step[trace.name_id.clamp(max=len(is_step) - 1)]).flatten()
-    if ridx.numel():
+    is_step = np.array([nm.startswith(_STEP_MARKER) for nm in trace.names] or [False], dtype=bool)
+    ridx = np.flatnonzero((kind == EventKind.REGION) & ~is_step[np.minimum(trace.name_id, len(is_step) - 1)])
+    if ridx.size:
         n = nest(trace.thread[ridx], trace.start_ns[ridx], end_all[ridx])
         ordered = ridx[n.order]
         for d in range(min(int(n.depth.max()) + 1, 3)):
             sel = ordered[n.depth == d]
-            sel = sel[torch.argsort(trace.start_ns[sel])]
+            sel = sel[np.argsort(trace.start_ns[sel], kind="stable")]
             lanes.append(_Lane("regions" if d == 0 else f"regions L{d + 1}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"))
     return lanes, dropped
-
-
-def _busy_bins(start: torch.Tensor, end: torch.Tensor, t0: int, span: int, n: int) -> torch.Tensor:
-    """Fraction of each of ``n`` equal bins of [t0, t0+span) covered by the intervals."""
-    s = (start - t0).double() / span * n
-    e = (end - t0).double() / span * n
-    b0 = s.floor().long().clamp(0, n - 1)
-    b1 = e.floor().long().clamp(0, n - 1)
-    out = torch.zeros(n, dtype=torch.float64)
-    same = b0 == b1
-    out.index_add_(0, b0[same], (e - s)[same])
-    span_many = ~same
-    out.index_add_(0, b0[span_many], (b0[span_many] + 1).double() - s[span_many])
-    out.index_add_(0, b1[span_many], e[span_many] - b1[span_many].double())
-    cover = torch.zeros(n + 1, dtype=torch.float64)  # bins strictly inside an interval are full
-    cover.index_add_(0, b0[span_many] + 1, torch.ones(int(span_many.sum()), dtype=torch.float64))
-    cover.index_add_(0, b1[span_many], -torch.ones(int(span_many.sum()), dtype=torch.float64))
-    out += torch.cumsum(cover, 0)[:n]
-    return out.clamp_(0.0, 1.0)
 
 
 def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
@@ -251,7 +233,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     if trace is None:
         return '<p class="empty timeline-missing">no trace saved with this run, so no timeline (profile with save_trace=True)</p>'
     lanes, dropped = _lanes(trace, source.device)
-    lanes = [ln for ln in lanes if ln.start.numel()]
+    lanes = [ln for ln in lanes if ln.start.size]
     if not lanes:
         return '<p class="empty timeline-missing">the trace holds no device activity to draw</p>'
     t0 = min(int(ln.start.min()) for ln in lanes)
@@ -261,7 +243,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     lane_h, gap, axis_h = 26, 6, 24
     h = axis_h + len(lanes) * (lane_h + gap)
     budget = max(max_rects // len(lanes), 1)
-    total_events = sum(int(ln.start.numel()) for ln in lanes)
+    total_events = sum(int(ln.start.size) for ln in lanes)
     parts: list[str] = []
     drawn = 0
 
@@ -270,7 +252,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
 
     for i, ln in enumerate(lanes):
         y = axis_h + i * (lane_h + gap)
-        count = int(ln.start.numel())
+        count = int(ln.start.size)
         mode = "events" if count <= budget else "bins"
         parts.append(
             f'<g class="tl-lane tl-{ln.kind}" data-lane="{_e(ln.label)}" data-mode="{mode}" data-events="{count}">'
@@ -288,9 +270,9 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
                 )
                 drawn += 1
         else:
-            frac = _busy_bins(ln.start, ln.end, t0, span, bins)
+            frac = busy_bins(ln.start, ln.end, t0, span, bins)
             w = (x1 - x0) / bins
-            for b in torch.nonzero(frac > 0).flatten().tolist():
+            for b in np.flatnonzero(frac > 0).tolist():
                 f = float(frac[b])
                 parts.append(
                     f'<rect class="tl-bin" x="{x0 + b * w:.2f}" y="{y + 2}" width="{w + 0.05:.2f}" height="{lane_h - 4}" '

@@ -169,18 +169,30 @@ def _private_open_binary(path: Path):
 
 
 def base_manifest(**fields: Any) -> dict[str, Any]:
-    import torch
-
     from .._version import __version__
 
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "neuronscope_version": __version__,
-        "torch_version": torch.__version__,
+        "torch_version": _torch_version(),
         "host": socket.gethostname(),
         "pid": os.getpid(),
         **fields,
     }
+
+
+def _torch_version() -> str | None:
+    import sys
+
+    torch = sys.modules.get("torch")  # loaded whenever a capture ran; never imported just for this
+    if torch is not None:
+        return str(torch.__version__)
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # noqa: BLE001 - not installed: the manifest says null
+        return None
 
 
 def files_of(path: Path) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceLoadError
-from .model import ACTIVITY_KINDS, FILTERED_NAMES, EventKind, Trace
+from .model import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["load_trace", "parse_trace_bytes"]
 
@@ -33,6 +33,8 @@ class _Args(msgspec.Struct):
     correlation: int = 0
     name: str | None = None  # metadata events: process_name
     labels: str | None = None  # metadata events: process_labels
+    input_dims: Any = msgspec.field(name="Input Dims", default=None)  # record_shapes=True
+    input_type: Any = msgspec.field(name="Input type", default=None)
 
 
 class _Event(msgspec.Struct):
@@ -50,6 +52,9 @@ class _Doc(msgspec.Struct):
     traceEvents: list[_Event]
     baseTimeNanoseconds: int = 0
     neuronscope_device: str | None = None  # written by neuronscope into its own trace.json.gz
+    neuronscope: Any = None  # neuronscope's own metadata (rank, job, capture) in its trace.json.gz
+    distributedInfo: Any = None  # torch.distributed rank/world size, when initialised
+    deviceProperties: Any = None
 
 
 _decode_typed = msgspec.json.Decoder(_Doc).decode
@@ -121,6 +126,8 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
     thread: list[int] = []
     corr: list[int] = []
     linked: list[int] = []
+    cats: list[str] = []
+    inputs: dict[int, tuple[list, list]] = {}
     threads: dict[tuple[Any, Any], int] = {}
     saw_device = saw_neuron = False
     other = EventKind.OTHER
@@ -134,9 +141,11 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         cat = ev.cat
         kind = get_kind(cat, other)
         name = ev.name
-        if name in FILTERED_NAMES:
+        if name in FILTERED_NAMES or name.startswith(MARKER_PREFIX):
             kind = other
         args = ev.args
+        if args is not None and args.input_dims is not None and name in INPUT_OPS:
+            inputs[len(names)] = (list(args.input_dims), list(args.input_type or ()))
         ext = args.external_id if args is not None else 0
         if kind in device_kinds:
             if cat == "privateuse1_runtime":
@@ -157,6 +166,7 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         thread.append(tid)
         corr.append(c)
         linked.append(link)
+        cats.append(cat or "")
     if device is None:
         device = doc.neuronscope_device or ("neuron" if saw_device and saw_neuron else ("cuda" if saw_device else "cpu"))
     return Trace.from_columns(
@@ -169,5 +179,18 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         linked_correlation_id=linked,
         device=device,
         base_time_ns=base,
-        metadata={"baseTimeNanoseconds": base},
+        metadata=_metadata(doc, base),
+        categories=cats,
+        inputs=inputs,
     )
+
+
+def _metadata(doc: _Doc, base: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {"baseTimeNanoseconds": base}
+    if isinstance(doc.distributedInfo, dict):
+        meta["distributedInfo"] = doc.distributedInfo
+    if isinstance(doc.deviceProperties, list):
+        meta["deviceProperties"] = doc.deviceProperties
+    if isinstance(doc.neuronscope, dict):
+        meta["neuronscope"] = doc.neuronscope
+    return meta

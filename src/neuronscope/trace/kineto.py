@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from .model import ACTIVITY_KINDS, FILTERED_NAMES, EventKind, Trace
+from .model import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["trace_from_kineto"]
 
@@ -44,12 +44,14 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
                     thread[i] = -1 - events[i].device_resource_id()
         else:
             corr = linked = None
+        inputs = _recorded_inputs(events, names)
         del events
         other = EventKind.OTHER
         kinds = [ACTIVITY_KINDS.get(a, other) for a in activity]
-        # Utility ops torch itself hides from key_averages(); memory records etc.
-        if not FILTERED_NAMES.isdisjoint(names):
-            kinds = [other if n in FILTERED_NAMES else k for n, k in zip(names, kinds)]
+        # Utility ops torch itself hides from key_averages(); memory records etc.; our own markers.
+        hidden = FILTERED_NAMES.union(n for n in set(names) if n.startswith(MARKER_PREFIX))
+        if not hidden.isdisjoint(names):
+            kinds = [other if n in hidden else k for n, k in zip(names, kinds)]
         return Trace.from_columns(
             names=names,
             kind=kinds,
@@ -61,7 +63,23 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
             device=device,
             base_time_ns=int(kineto_results.trace_start_ns()),
             metadata=metadata,
+            categories=activity,
+            inputs=inputs,
         )
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _recorded_inputs(events: Any, names: list[str]) -> dict[int, tuple[list, list]]:
+    """Shapes and dtypes of the few ops the advisor inspects (empty without record_shapes)."""
+    out: dict[int, tuple[list, list]] = {}
+    if INPUT_OPS.isdisjoint(names):
+        return out
+    for i, n in enumerate(names):
+        if n in INPUT_OPS:
+            ev = events[i]
+            shapes = ev.shapes()
+            if shapes:
+                out[i] = (shapes, ev.dtypes())
+    return out

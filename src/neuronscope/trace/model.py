@@ -2,7 +2,9 @@
 
 Why columns and not one object per event: a 20,000-step profile holds ~420,000 events.
 One Python object each costs ~0.3 s and ~100 MB before any analysis starts; int64
-tensors cost 8 bytes a value and let the analysis run vectorised (see ``analysis``).
+numpy arrays cost 8 bytes a value and let the analysis run vectorised (see ``analysis``).
+numpy, not torch: everything after capture (analysis, reports, the CLI) runs without
+importing torch, so ``neuronscope show`` starts in a fraction of a second.
 
 The model is built from live Kineto results (:mod:`.kineto`) or from a saved Kineto
 ``trace.json(.gz)`` (:mod:`.chrome`); everything downstream reads only this model, so it
@@ -11,60 +13,17 @@ works the same online and offline.
 
 from __future__ import annotations
 
-import enum
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import torch
+import numpy as np
 
 __all__ = ["Event", "EventKind", "Trace"]
 
 
-class EventKind(enum.IntEnum):
-    """What an event is, independent of the device that produced it."""
-
-    OP = 0  #: a framework op on a CPU thread (``aten::mul``), also runtime API calls
-    REGION = 1  #: a ``record_function`` / ``neuronscope.region`` annotation
-    DEVICE = 2  #: work executed on the accelerator (kernel, memcpy, NeuronCore execution)
-    DEVICE_ANNOTATION = 3  #: a device-side marker (e.g. Neuron ``nc_exec_running``); not device time
-    RUNTIME = 4  #: device runtime/driver call on a CPU thread (``cudaLaunchKernel``, ``nrta_execute_schedule``)
-    OTHER = 5  #: anything else (instant events, memory records, python functions)
-
-
-# Kineto activity type names (``_KinetoEvent.activity_type()`` / chrome-trace ``cat``) -> kind.
-ACTIVITY_KINDS: dict[str, EventKind] = {
-    "cpu_op": EventKind.OP,
-    "operator": EventKind.OP,
-    "user_annotation": EventKind.REGION,
-    "kernel": EventKind.DEVICE,
-    "gpu_memcpy": EventKind.DEVICE,
-    "gpu_memset": EventKind.DEVICE,
-    "concurrent_kernel": EventKind.DEVICE,
-    "gpu_user_annotation": EventKind.DEVICE_ANNOTATION,
-    "cuda_runtime": EventKind.RUNTIME,
-    "cuda_driver": EventKind.RUNTIME,
-    "privateuse1_runtime": EventKind.RUNTIME,
-    "privateuse1_driver": EventKind.RUNTIME,
-    "xpu_runtime": EventKind.RUNTIME,
-    "mtia_runtime": EventKind.RUNTIME,
-}
-
-# Names torch's own post-processing drops (torch.autograd.profiler_util._filter_name);
-# dropping the same ones keeps our call counts equal to key_averages().
-FILTERED_NAMES = frozenset(
-    {
-        "[memory]",
-        "[OutOfMemory]",
-        "profiler::_record_function_enter",
-        "profiler::_record_function_enter_new",
-        "profiler::_record_function_exit",
-        "aten::is_leaf",
-        "aten::output_nr",
-        "aten::_version",
-    }
-)
+from .kinds import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind  # noqa: E402,F401
 
 
 class Event(NamedTuple):
@@ -77,30 +36,42 @@ class Event(NamedTuple):
     thread: int  #: CPU thread, or device stream/lane for device events
     correlation_id: int
     linked_correlation_id: int  #: for device/runtime events: the op that launched them
+    category: str = ""  #: the Kineto activity type / chrome ``cat`` (``kernel``, ``gpu_memcpy``, ``cuda_sync``...)
 
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """All events of one capture. Columns are aligned int64 tensors; ``names`` is the string table.
+    """All events of one capture. Columns are aligned int64 numpy arrays; ``names`` is the string table.
 
     ``base_time_ns`` is the Unix-epoch time of the trace's relative zero (Kineto's
-    ``baseTimeNanoseconds``); ``start_ns`` values are already absolute.
+    ``baseTimeNanoseconds``); ``start_ns`` values are already absolute. ``category`` indexes
+    ``categories`` (the raw Kineto activity type, finer than ``kind``: ``gpu_memcpy`` vs
+    ``kernel``, ``cuda_sync``...). ``inputs`` holds, for a few op names the analysis needs
+    (matmuls, convolutions, copies), the recorded input shapes and dtypes by event position
+    (``record_shapes=True``); it is empty otherwise.
     """
 
     names: tuple[str, ...]
-    kind: torch.Tensor
-    name_id: torch.Tensor
-    start_ns: torch.Tensor
-    duration_ns: torch.Tensor
-    thread: torch.Tensor
-    correlation_id: torch.Tensor
-    linked_correlation_id: torch.Tensor
+    kind: np.ndarray
+    name_id: np.ndarray
+    start_ns: np.ndarray
+    duration_ns: np.ndarray
+    thread: np.ndarray
+    correlation_id: np.ndarray
+    linked_correlation_id: np.ndarray
     device: str = "cpu"  #: "cpu" | "cuda" | "neuron": which device the device columns describe
     base_time_ns: int = 0
     metadata: dict = field(default_factory=dict)
+    category: np.ndarray | None = None
+    categories: tuple[str, ...] = ("",)
+    inputs: dict = field(default_factory=dict)  #: event position -> (shapes, dtypes)
+
+    def __post_init__(self) -> None:
+        if self.category is None:
+            object.__setattr__(self, "category", np.zeros(len(self.kind), dtype=np.int64))
 
     def __len__(self) -> int:
-        return int(self.kind.numel())
+        return int(self.kind.size)
 
     def __iter__(self) -> Iterator[Event]:
         for i in range(len(self)):
@@ -115,6 +86,7 @@ class Trace:
             int(self.thread[i]),
             int(self.correlation_id[i]),
             int(self.linked_correlation_id[i]),
+            self.categories[int(self.category[i])],  # type: ignore[index]
         )
 
     @property
@@ -130,6 +102,41 @@ class Trace:
     def count(self, kind: EventKind) -> int:
         return int((self.kind == int(kind)).sum())
 
+    def category_mask(self, *names: str) -> np.ndarray:
+        """Events whose Kineto category is one of ``names``."""
+        ids = [i for i, c in enumerate(self.categories) if c in names]
+        if not ids:
+            return np.zeros(len(self), dtype=bool)
+        return np.isin(self.category, ids)  # type: ignore[arg-type]
+
+    def name_mask(self, predicate: "Callable[[str], bool]") -> np.ndarray:
+        """Events whose name satisfies ``predicate`` (evaluated once per distinct name)."""
+        table = np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool, count=len(self.names))
+        if not len(table):
+            return np.zeros(len(self), dtype=bool)
+        return table[self.name_id]
+
+    def select(self, mask: np.ndarray) -> "Trace":
+        """A new trace holding the events where ``mask`` is true (string tables shared)."""
+        positions = np.flatnonzero(mask)
+        remap = {int(p): i for i, p in enumerate(positions.tolist())} if self.inputs else {}
+        return Trace(
+            names=self.names,
+            kind=self.kind[positions],
+            name_id=self.name_id[positions],
+            start_ns=self.start_ns[positions],
+            duration_ns=self.duration_ns[positions],
+            thread=self.thread[positions],
+            correlation_id=self.correlation_id[positions],
+            linked_correlation_id=self.linked_correlation_id[positions],
+            device=self.device,
+            base_time_ns=self.base_time_ns,
+            metadata=dict(self.metadata),
+            category=self.category[positions],  # type: ignore[index]
+            categories=self.categories,
+            inputs={remap[p]: v for p, v in self.inputs.items() if p in remap},
+        )
+
     @classmethod
     def from_columns(
         cls,
@@ -144,11 +151,16 @@ class Trace:
         device: str = "cpu",
         base_time_ns: int = 0,
         metadata: dict | None = None,
+        categories: list[str] | None = None,
+        inputs: dict | None = None,
     ) -> "Trace":
-        """Build a trace from per-event Python lists (``names`` per event, interned here)."""
+        """Build a trace from per-event Python lists (``names`` and ``categories`` per event,
+        interned here)."""
         table: dict[str, int] = {}
         name_id = [table.setdefault(n, len(table)) for n in names]
         count = len(name_id)
+        cat_table: dict[str, int] = {"": 0}
+        cat_id = [cat_table.setdefault(c or "", len(cat_table)) for c in categories] if categories is not None else None
         return cls(
             names=tuple(table),
             kind=_int64(kind),
@@ -156,21 +168,58 @@ class Trace:
             start_ns=_int64(start_ns),
             duration_ns=_int64(duration_ns),
             thread=_int64(thread),
-            correlation_id=_int64(correlation_id) if correlation_id is not None else torch.zeros(count, dtype=torch.int64),
+            correlation_id=_int64(correlation_id) if correlation_id is not None else np.zeros(count, dtype=np.int64),
             linked_correlation_id=(
-                _int64(linked_correlation_id)
-                if linked_correlation_id is not None
-                else torch.zeros(count, dtype=torch.int64)
+                _int64(linked_correlation_id) if linked_correlation_id is not None else np.zeros(count, dtype=np.int64)
             ),
             device=device,
             base_time_ns=base_time_ns,
             metadata=dict(metadata or {}),
+            category=_int64(cat_id) if cat_id is not None else None,
+            categories=tuple(cat_table),
+            inputs=dict(inputs or {}),
+        )
+
+    @classmethod
+    def concat(cls, traces: "list[Trace]", *, device: str | None = None, metadata: dict | None = None) -> "Trace":
+        """One trace holding the events of several (e.g. the segments of a capture), string
+        tables merged. ``base_time_ns`` is the earliest one's."""
+        if not traces:
+            raise ValueError("Trace.concat needs at least one trace")
+        names: dict[str, int] = {}
+        cats: dict[str, int] = {"": 0}
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
+        name_ids, cat_ids = [], []
+        inputs: dict = {}
+        offset = 0
+        for tr in traces:
+            name_map = np.array([names.setdefault(n, len(names)) for n in tr.names] or [0], dtype=np.int64)
+            cat_map = np.array([cats.setdefault(c, len(cats)) for c in tr.categories] or [0], dtype=np.int64)
+            name_ids.append(name_map[tr.name_id])
+            cat_ids.append(cat_map[tr.category])
+            for k in _COLUMNS:
+                cols[k].append(getattr(tr, k))
+            inputs.update({offset + p: v for p, v in tr.inputs.items()})
+            offset += len(tr)
+        return cls(
+            names=tuple(names),
+            name_id=np.concatenate(name_ids),
+            category=np.concatenate(cat_ids),
+            categories=tuple(cats),
+            device=device or traces[0].device,
+            base_time_ns=min(t.base_time_ns for t in traces),
+            metadata=dict(metadata if metadata is not None else traces[0].metadata),
+            inputs=inputs,
+            **{k: np.concatenate(v) for k, v in cols.items()},
         )
 
 
-def _int64(values: list[int]) -> torch.Tensor:
-    # array('q') packs a list of ints ~3x faster than torch.tensor(list); frombuffer shares it.
+_COLUMNS = ("kind", "start_ns", "duration_ns", "thread", "correlation_id", "linked_correlation_id")
+
+
+def _int64(values: list[int]) -> np.ndarray:
+    # array('q') packs a list of ints ~3x faster than np.array(list); frombuffer shares it.
     packed = array("q", values)
     if not packed:
-        return torch.zeros(0, dtype=torch.int64)
-    return torch.frombuffer(packed, dtype=torch.int64)
+        return np.zeros(0, dtype=np.int64)
+    return np.frombuffer(packed, dtype=np.int64)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from ...errors import TraceLoadError
 from ...trace.model import EventKind, Trace
@@ -51,12 +51,12 @@ def lane_aggregates(trace: Trace, system_events: list[dict[str, Any]] | None = N
     """Aggregate runtime and hardware lane events of a device trace (and a system profile)."""
     out: dict[tuple[str, str], LaneAggregate] = {}
     kind = trace.kind
-    ops = torch.nonzero((kind == EventKind.OP) & (trace.correlation_id > 0)).flatten()
+    ops = np.flatnonzero((kind == EventKind.OP) & (trace.correlation_id > 0))
     op_name_by_corr = dict(zip(trace.correlation_id[ops].tolist(), trace.name_id[ops].tolist()))
-    dev = torch.nonzero(kind == EventKind.DEVICE).flatten()
+    dev = np.flatnonzero(kind == EventKind.DEVICE)
     launcher_by_flow = dict(zip(trace.correlation_id[dev].tolist(), trace.linked_correlation_id[dev].tolist()))
     for lane, k in (("runtime", EventKind.RUNTIME), ("hardware", EventKind.DEVICE_ANNOTATION)):
-        sel = torch.nonzero(kind == k).flatten()
+        sel = np.flatnonzero(kind == k)
         for name_id, start, dur, corr, linked in zip(
             trace.name_id[sel].tolist(),
             trace.start_ns[sel].tolist(),

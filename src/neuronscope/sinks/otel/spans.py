@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -208,7 +208,7 @@ def _emit_events(tracer: Any, root: Any, run: "Run", budget: int) -> tuple[int, 
     tr = run._trace
     assert tr is not None
     kind = tr.kind
-    cpu = torch.nonzero((kind == EventKind.OP) | (kind == EventKind.REGION)).flatten()
+    cpu = np.flatnonzero((kind == EventKind.OP) | (kind == EventKind.REGION))
     start = tr.start_ns[cpu]
     end = start + tr.duration_ns[cpu]
     nesting = nest(tr.thread[cpu], start, end)
@@ -248,7 +248,7 @@ def _emit_events(tracer: Any, root: Any, run: "Run", budget: int) -> tuple[int, 
         # Device executions hang under the region occurrence that launched them.
         corr = tr.correlation_id[idx].tolist()
         by_corr = {c: pos for pos, c in enumerate(corr) if c > 0}
-        dev = torch.nonzero(kind == EventKind.DEVICE).flatten()
+        dev = np.flatnonzero(kind == EventKind.DEVICE)
         for d_start, d_dur, d_name, link in zip(
             tr.start_ns[dev].tolist(), tr.duration_ns[dev].tolist(), tr.name_id[dev].tolist(), tr.linked_correlation_id[dev].tolist()
         ):
