@@ -150,7 +150,7 @@ def test_keyboard_interrupt_like_base_exceptions_propagate(xw):
     assert ns.last_run().error == "KeyboardInterrupt"
 
 
-def test_nested_profile_joins_the_outer_one_as_a_region(xw):
+def test_nested_profiles_get_their_own_runs_and_the_outer_covers_them(xw):
     x, w = xw
 
     @ns.profile_neuron(name="inner_call")
@@ -161,12 +161,15 @@ def test_nested_profile_joins_the_outer_one_as_a_region(xw):
         inner(x)
         with ns.profile_neuron(name="inner_block") as nested:
             x.sum()
-    assert ns.stats()["joined"] == 2
-    assert nested.status == ns.RunStatus.JOINED
+        # ready as soon as the inner block ended, while the outer one still records
+        assert nested.summary["aten::sum"].calls == 1
+    assert ns.stats()["joined"] == 0
     assert set(outer.summary.regions) == {"inner_call", "inner_block"}
     assert outer.summary.regions["inner_call"]["aten::rsqrt"].calls == 1
-    assert nested.summary["aten::sum"].calls == 1
-    assert nested.path == outer.path
+    assert outer.summary.regions["inner_block"]["aten::sum"].calls == 1
+    assert nested.path is not None and outer.path is not None and nested.path != outer.path
+    ns.flush(30)
+    assert ns.stats()["profiled"] == 3
 
 
 def test_call_on_another_thread_runs_unprofiled_and_counted(xw):

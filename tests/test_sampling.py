@@ -100,3 +100,53 @@ def test_bad_retention_variable_does_not_hang_runs(xw, monkeypatch):
         xw[0].sum()
     assert run.wait(30) and run.status == ns.RunStatus.COMPLETE
     assert run.summary["aten::sum"].calls == 1 and run.path is not None
+
+
+def test_every_10_after_5_warmup_over_105_fast_calls_profiles_exactly_10_and_drops_none(xw):
+    x, w = xw
+
+    @ns.profile_neuron(every=10, warmup=5)
+    def infer(a):
+        return a.sum()
+
+    for _ in range(105):
+        infer(x)
+    assert ns.flush(60)
+    s = ns.stats()
+    assert s["profiled"] == 10
+    assert s["dropped"] == 0 and s["skipped_backpressure"] == 0
+    assert s["unsampled"] == 95
+
+
+def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counted(xw, caplog):
+    """Every call is accounted for; the backlog never holds much more than the budget."""
+    from neuronscope import _worker
+
+    x, w = xw
+    budget = 2 * 1024**2
+    ns.configure(max_pending_bytes=budget)
+    try:
+
+        @ns.profile_neuron(name="flood")
+        def infer(a):
+            for _ in range(40):
+                a = a * 1.0001
+            return a
+
+        _worker.backlog.peak_bytes = 0
+        calls = 300
+        for _ in range(calls):
+            infer(x)
+        assert ns.flush(120)
+        s = ns.stats()
+        assert s["profiled"] + s["skipped_backpressure"] == calls
+        assert s["skipped_backpressure"] > 0 and s["profiled"] > 0
+        assert s["dropped"] == 0 and s["errors"] == 0
+        # admitted only while under budget: at most one capture's worth beyond it
+        biggest = max(_worker.backlog.estimate(10**9), 1)
+        assert _worker.backlog.peak_bytes <= budget + biggest
+        assert _worker.backlog.total_bytes == 0  # everything written out and released
+        warnings = [r for r in caplog.records if "skipped_backpressure" in r.getMessage()]
+        assert len(warnings) <= 1  # warned once
+    finally:
+        ns.configure(max_pending_bytes=None)

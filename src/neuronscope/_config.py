@@ -15,6 +15,7 @@ __all__ = ["Settings", "current", "update"]
 DEFAULT_OUTPUT_DIR = "neuronscope-runs"
 DEFAULT_MAX_RUNS = 100
 DEFAULT_MAX_BYTES = 10 * 1024**3
+DEFAULT_MAX_PENDING_BYTES = 256 * 1024**2
 
 
 def _env_flag(name: str) -> bool:
@@ -25,7 +26,9 @@ def _env_flag(name: str) -> bool:
 class Settings:
     enabled: bool = True
     output_dir: Path | None = None  #: None: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs, read per run
-    max_pending: int = 4
+    #: memory the backlog of stopped-but-unwritten captures may hold before new samples are
+    #: skipped (None: $NEURONSCOPE_MAX_PENDING_BYTES or 256 MiB; 0: no limit)
+    max_pending_bytes: int | None = None
     #: retention of run directories in the output dir (oldest removed first; None = no limit)
     max_runs: int | None = None  # None: $NEURONSCOPE_MAX_RUNS or DEFAULT_MAX_RUNS
     max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
@@ -37,6 +40,14 @@ class Settings:
             return self.output_dir
         return Path(os.environ.get("NEURONSCOPE_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR)
 
+
+    def resolved_max_pending_bytes(self) -> int:
+        if self.max_pending_bytes is not None:
+            return self.max_pending_bytes
+        try:
+            return _env_int("NEURONSCOPE_MAX_PENDING_BYTES", DEFAULT_MAX_PENDING_BYTES)
+        except ConfigurationError:
+            return DEFAULT_MAX_PENDING_BYTES  # a bad variable must not stop profiling (warned at configure)
 
     def retention(self) -> tuple[int | None, int | None]:
         runs = self.max_runs if self.max_runs is not None else _env_int("NEURONSCOPE_MAX_RUNS", DEFAULT_MAX_RUNS)

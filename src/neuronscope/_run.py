@@ -1,8 +1,11 @@
 """``Run``: the result of one profiled call or ``with`` block.
 
 A Run is handed to the user when the profile starts (``with profile_neuron() as run``) and
-filled in once the capture has been processed, possibly on the background worker. Reading
-``summary``/``trace``/``path`` waits for that (``run.wait()`` does so explicitly).
+filled in by the background workers in stages; each attribute waits for its own stage only:
+
+1. ``summary`` (and ``trace``): the per-op summary, ready right after the block;
+2. ``diagnosis``: why it is slow, computed right after the summary;
+3. ``path`` / ``wait()``: the run directory written and the telemetry sent.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .analysis.diagnosis import Diagnosis
     from .analysis.summary import Summary
     from .trace.model import Trace
 
@@ -21,14 +25,14 @@ __all__ = ["Run", "RunStatus"]
 class RunStatus:
     PENDING = "pending"  #: capturing or being processed
     COMPLETE = "complete"
-    SKIPPED = "skipped"  #: ran unprofiled (another capture was active, or sampled out)
-    JOINED = "joined"  #: nested inside another profile: recorded as a region of that one
-    DROPPED = "dropped"  #: captured, but discarded because the background worker was full
+    SKIPPED = "skipped"  #: ran unprofiled (sampled out, under backpressure, or no profiler could run)
+    JOINED = "joined"  #: nested inside a scheduled or foreign profile: recorded as a region of that one
+    DROPPED = "dropped"  #: no longer produced (a decided sample is always processed); kept for old manifests
     FAILED = "failed"  #: neuronscope failed to process it (logged); the user's call was unaffected
 
 
 class Run:
-    """One profile. Attributes are valid once :meth:`wait` returns True."""
+    """One profile. Each result attribute waits for the processing stage that produces it."""
 
     def __init__(self, name: str, device: str, *, schedule_handle: Any = None) -> None:
         self.name = name
@@ -41,44 +45,69 @@ class Run:
         self.caller_overhead_cpu_ns: int = 0  #: the same as this thread's CPU time (no GIL waits)
         self.error_message: str | None = None  #: its message (capped); the exception itself is not kept
         self.warnings: list[str] = []
+        self.skip_reason: str | None = None  #: why a SKIPPED run was not profiled
         self.manifest: dict[str, Any] = {}
         self.windows: list[Run] = []  #: with a schedule: one completed Run per active window
         self.parent: Run | None = None  #: for a JOINED run, the enclosing run
         self._summary: Summary | None = None
+        self._diagnosis: Diagnosis | None = None
         self._trace: Trace | None = None
         self._path: Path | None = None
-        self._done = threading.Event()
+        self._summarised = threading.Event()  # stage 1: summary and trace model ready
+        self._diagnosed = threading.Event()  # stage 2: diagnosis ready
+        self._done = threading.Event()  # stage 3: run directory written, sinks done
         self._schedule_handle = schedule_handle
         self._otel_parent: Any = None  # OpenTelemetry context current when the profile started
 
     # -- completion ----------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until processing has finished. False if ``timeout`` seconds passed first."""
+        """Block until processing has finished (files written, telemetry sent).
+        False if ``timeout`` seconds passed first."""
+        return self._wait("_done", timeout)
+
+    def _wait(self, stage: str, timeout: float | None = None) -> bool:
         if self.parent is not None:
-            return self.parent.wait(timeout)
-        if self.windows and not self._done.is_set():
-            return all(w.wait(timeout) for w in self.windows)
-        return self._done.wait(timeout)
+            return self.parent._wait(stage, timeout)
+        if self.windows:  # a scheduled profile: done when every window is
+            return all(w._wait(stage, timeout) for w in list(self.windows)) and getattr(self, stage).wait(timeout)
+        return getattr(self, stage).wait(timeout)
 
     @property
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def profiled(self) -> bool:
+        """True when this call was (or is being) profiled; False when it ran unprofiled."""
+        return self.status in (RunStatus.PENDING, RunStatus.COMPLETE, RunStatus.JOINED)
+
+    def _set_summary(self, summary: "Summary | None", trace: "Trace | None") -> None:
+        self._summary, self._trace = summary, trace
+        self._summarised.set()
+
+    def _set_diagnosis(self, diagnosis: "Diagnosis | None") -> None:
+        self._diagnosis = diagnosis
+        self._diagnosed.set()
+
     def _finish(self, status: str) -> None:
         self.status = status
+        self._summarised.set()
+        self._diagnosed.set()
         self._done.set()
 
     # -- results -------------------------------------------------------------------------
     @property
     def summary(self) -> "Summary | None":
-        """The per-op summary (waits for processing). None for skipped/dropped runs.
+        """The per-op summary, as soon as it is computed (the run directory and telemetry
+        follow in the background). None for runs that were not profiled (``run.skip_reason``
+        says why).
 
         A JOINED run gives the enclosing run's summary of the region it was recorded as,
-        once the enclosing run has finished (None before).
-        With a schedule, the latest window's summary.
+        once the enclosing run has been summarised (None before). With a schedule, the
+        latest window's summary.
         """
         if self.parent is not None:
-            if not self.parent.done:
+            if not self.parent._summarised.is_set():
                 return None  # the enclosing profile is still running: waiting here would deadlock
             outer = self.parent.summary
             if outer is None:
@@ -89,24 +118,38 @@ class Run:
             return None
         if self.windows:
             return self.windows[-1].summary
-        self.wait()
+        self._summarised.wait()
         return self._summary
 
     @property
+    def diagnosis(self) -> "Diagnosis | None":
+        """Why the run is slow (:class:`~neuronscope.Diagnosis`): device busy/idle, the
+        classified gaps, steps, a verdict and advice. None for runs that were not profiled."""
+        if self.parent is not None:
+            return None  # a region of another run: see the enclosing run's diagnosis
+        if self.windows:
+            return self.windows[-1].diagnosis
+        self._diagnosed.wait()
+        return self._diagnosis
+
+    @property
     def trace(self) -> "Trace | None":
-        """The full trace model (waits for processing). None when not captured."""
+        """The full trace model (waits for the summary stage). None when not captured."""
         if self.windows:
             return self.windows[-1].trace
-        self.wait()
-        if self._trace is None and self._path is not None and (self._path / "trace.json.gz").is_file():
-            from .trace.chrome import load_trace
+        self._summarised.wait()
+        if self._trace is None:
+            self.wait()
+            if self._path is not None and (self._path / "trace.json.gz").is_file():
+                from .trace.chrome import load_trace
 
-            self._trace = load_trace(self._path / "trace.json.gz", device=self.device)
+                self._trace = load_trace(self._path / "trace.json.gz", device=self.device)
         return self._trace
 
     @property
     def path(self) -> Path | None:
-        """The run directory (None when it could not be written, or for skipped runs)."""
+        """The run directory (waits until it is written; None when it could not be, or for
+        runs that were not profiled)."""
         if self.parent is not None:
             return self.parent.path
         if self.windows:
@@ -118,7 +161,7 @@ class Run:
     def step(self) -> None:
         """Advance ``torch.profiler.schedule`` (call once per training/serving step)."""
         if self._schedule_handle is None:
-            raise RuntimeError("run.step() needs profile_neuron(schedule=torch.profiler.schedule(...))")
+            raise RuntimeError("run.step() needs profile_neuron(schedule=torch.profiler.schedule(...)); use ns.step() to mark steps")
         self._schedule_handle.step()
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ __all__ = ["record", "reset", "stats"]
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
-_KEYS = ("profiled", "skipped", "dropped", "errors", "unsampled", "joined", "telemetry_dropped")
+_KEYS = ("profiled", "skipped", "skipped_backpressure", "dropped", "errors", "unsampled", "joined", "telemetry_dropped")
 # Counters kept elsewhere for speed (the sampling hot path), summed in at read time.
 _sources: list[Callable[[], dict[str, int]]] = []
 _offsets: Counter[str] = Counter()  # what reset() subtracts from those sources
@@ -36,9 +36,12 @@ def stats() -> dict[str, int]:
     """Counts since start (or the last fork):
 
     ``profiled`` captures completed; ``skipped`` calls that ran unprofiled because another
-    capture was active (another thread, or a foreign torch profiler); ``joined`` nested
-    profiles recorded as a region of the enclosing one; ``unsampled`` calls the sampler
-    passed over; ``dropped`` captures discarded because the background worker was full;
+    capture was active (on another thread, or a foreign torch profiler);
+    ``skipped_backpressure`` sampled calls not profiled because the profiles waiting to be
+    written held more than ``max_pending_bytes`` (decided before profiling, so nothing is
+    thrown away); ``joined`` profiles nested in a scheduled one, recorded as its region;
+    ``unsampled`` calls the sampler passed over; ``dropped`` always 0 (a decided sample is
+    always processed; kept so dashboards keep working);
     ``errors`` failures inside neuronscope (logged, never raised into user code);
     ``telemetry_dropped`` spans/metrics the exporter could not deliver.
     """

@@ -1,9 +1,20 @@
-"""A bounded background worker: post-processing off the caller's thread.
+"""Background work, off the caller's thread: two workers and a memory budget.
 
-One daemon thread, a queue of fixed size. ``submit`` never blocks: when the queue is full
-it returns False and the caller decides (drop and count, or run inline). The thread
-disables torch's RecordFunction for itself, so the tensor maths of our analysis never shows
-up inside a profile that is running at the same time on another thread.
+* the **analysis** worker turns a stopped capture into its trace model, summary and
+  diagnosis — what ``run.summary`` / ``run.diagnosis`` wait for — and then hands the run on;
+* the **output** worker writes the run directory and runs the sinks (OpenTelemetry) — what
+  ``run.path`` and ``ns.flush()`` wait for.
+
+Two threads, so a big trace file being gzipped never delays the next run's summary.
+
+Queues are unbounded in count: a sampled call that was decided is always processed. What
+bounds the backlog is memory: :class:`Backlog` adds up the bytes pending captures hold
+(Kineto keeps ~1.7 KB per event until the trace is written) and the capture side checks it
+*before* a profile starts, so a sample is skipped (and counted) under real overload, never
+recorded and thrown away.
+
+Both threads disable torch's RecordFunction for themselves, so the maths of our analysis
+never shows up inside a profile that is running at the same time on another thread.
 """
 
 from __future__ import annotations
@@ -13,36 +24,51 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
-__all__ = ["Worker", "get_worker"]
+__all__ = ["KINETO_BYTES_PER_EVENT", "Backlog", "Worker", "backlog", "flush_all", "get_worker", "output_worker"]
 
 log = logging.getLogger("neuronscope")
 _Task = Callable[[], None]
 
+#: What torch's Kineto results hold per event after the profiler stopped, measured on
+#: torch 2.13 CPU (400,000 events: +680 MB RSS; bench/bench_backpressure.py prints it).
+KINETO_BYTES_PER_EVENT = 1700
+#: What our trace model and analysis hold per event besides (int64 columns, summary).
+MODEL_BYTES_PER_EVENT = 120
+DEFAULT_MAX_PENDING_BYTES = 256 * 1024**2
+
 
 class Worker:
-    def __init__(self, max_pending: int = 4) -> None:
-        self._queue: queue.Queue[_Task | None] = queue.Queue(maxsize=max_pending)
+    """One daemon thread running submitted tasks in order."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._pending = 0
         self._idle = threading.Condition(self._lock)
 
-    def submit(self, task: _Task) -> bool:
+    def submit(self, task: _Task) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="neuronscope-worker", daemon=True)
+                self._thread = threading.Thread(target=self._loop, name=f"neuronscope-{self.name}", daemon=True)
                 self._thread.start()
-            try:
-                self._queue.put_nowait(task)
-            except queue.Full:
-                return False
             self._pending += 1
-            return True
+        self._queue.put(task)
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def on_own_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every submitted task has run. False when ``timeout`` passed first."""
+        if self.on_own_thread():
+            return True  # a task waiting for its own queue would wait forever
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
             while self._pending:
@@ -73,17 +99,87 @@ class Worker:
                     self._idle.notify_all()
 
 
-_worker = Worker()
+class Backlog:
+    """Bytes held by captures that stopped but are not written out yet.
+
+    A capture is added with an estimate when it stops (its duration times the recent event
+    rate) and updated to its exact event count once the analysis worker has read it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes: dict[Hashable, int] = {}
+        self._total = 0
+        self.events_per_second = 250_000.0  # a fast eager loop on one core; refined by measurements
+        self.peak_bytes = 0
+
+    @staticmethod
+    def budget() -> int:
+        from . import _config
+
+        return _config.current().resolved_max_pending_bytes()
+
+    def estimate(self, duration_ns: int, rss_growth: int | None = None) -> int:
+        """Bytes a just-stopped capture holds, before anyone counted its events: the smaller
+        of (duration x recent event rate) and the process's RSS growth over the capture
+        (which also counts the user's own allocations, so it only ever caps)."""
+        events = self.events_per_second * max(duration_ns, 0) / 1e9
+        by_time = int(events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
+        return by_time if rss_growth is None else min(by_time, rss_growth)
+
+    def add(self, key: Hashable, nbytes: int) -> None:
+        with self._lock:
+            self._total += nbytes - self._bytes.get(key, 0)
+            self._bytes[key] = nbytes
+            self.peak_bytes = max(self.peak_bytes, self._total)
+
+    def measured(self, key: Hashable, events: int, duration_ns: int) -> None:
+        """The exact size of a capture, once read; also refines the event-rate estimate."""
+        if duration_ns > 0 and events > 0:
+            rate = events * 1e9 / duration_ns
+            self.events_per_second = 0.7 * self.events_per_second + 0.3 * rate
+        self.add(key, events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
+
+    def remove(self, key: Hashable) -> None:
+        with self._lock:
+            self._total -= self._bytes.pop(key, 0)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    def over_budget(self) -> bool:
+        budget = self.budget()
+        return budget > 0 and self._total >= budget
+
+
+_analysis = Worker("analysis")
+_output = Worker("output")
+backlog = Backlog()
 
 
 def get_worker() -> Worker:
-    return _worker
+    """The analysis worker (trace model, summary, diagnosis)."""
+    return _analysis
+
+
+def output_worker() -> Worker:
+    """The output worker (run directory, OpenTelemetry)."""
+    return _output
+
+
+def flush_all(timeout: float | None = None) -> bool:
+    """Wait for both workers (analysis hands each run on to output, so in that order)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ok = _analysis.flush(timeout)
+    remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    return _output.flush(remaining) and ok
 
 
 def _reset_after_fork() -> None:
-    # The worker thread does not exist in a forked child; start clean.
-    global _worker
-    _worker = Worker()
+    # The worker threads do not exist in a forked child; start clean.
+    global _analysis, _output, backlog
+    _analysis, _output, backlog = Worker("analysis"), Worker("output"), Backlog()
 
 
 if hasattr(os, "register_at_fork"):

@@ -12,7 +12,7 @@ from typing import Any
 from . import _config
 from .errors import ConfigurationError
 from ._run import Run
-from ._worker import get_worker
+from ._worker import flush_all
 from .capture.processing import add_sink
 from .capture.processing import last_run as _last_run
 from .sinks import otel as _otel
@@ -40,6 +40,7 @@ def configure(
     otlp_endpoint: str | None = _UNSET,
     max_runs: int | None = _UNSET,
     max_bytes: int | None = _UNSET,
+    max_pending_bytes: int | None = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -56,6 +57,11 @@ def configure(
     Retention: at most ``max_runs`` run directories (default 100, ``$NEURONSCOPE_MAX_RUNS``)
     holding at most ``max_bytes`` (default 10 GiB, ``$NEURONSCOPE_MAX_BYTES``) stay in the
     output dir; the oldest go first, a run being written never; 0 means no limit.
+
+    Backpressure: ``max_pending_bytes`` (default 256 MiB, ``$NEURONSCOPE_MAX_PENDING_BYTES``)
+    bounds the memory that profiles waiting to be written may hold. Above it, new samples
+    are skipped before profiling starts (``ns.stats()["skipped_backpressure"]``); a sample
+    that started is always processed. 0 means no limit.
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
@@ -66,7 +72,7 @@ def configure(
         if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
             raise ConfigurationError(f"configure(output_dir={output_dir!r}): use a path or None")
         changes["output_dir"] = Path(output_dir) if output_dir is not None else None
-    for key, value in (("max_runs", max_runs), ("max_bytes", max_bytes)):
+    for key, value in (("max_runs", max_runs), ("max_bytes", max_bytes), ("max_pending_bytes", max_pending_bytes)):
         if value is not _UNSET:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigurationError(f"configure({key}={value!r}): use an int >= 0 (0 = no limit) or None")
@@ -96,7 +102,7 @@ def flush(timeout: float | None = 30.0) -> bool:
     Returns False if ``timeout`` seconds passed first (never raises).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    done = get_worker().flush(timeout)
+    done = flush_all(timeout)
     remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
     return _otel.flush_providers(remaining) and done
 

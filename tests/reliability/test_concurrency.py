@@ -82,13 +82,13 @@ def test_threads_and_tasks_16x200_plus_64x200_calls_at_sample_0_1(xw):
           f"dropped {s['dropped']}, joined {s['joined']}, errors {s['errors']}")
     assert failures == [] and wrong == 0
     assert s["errors"] == 0 and s["joined"] == 0
-    assert s["profiled"] + s["skipped"] + s["dropped"] == sampled
+    assert s["profiled"] + s["skipped"] + s["skipped_backpressure"] + s["dropped"] == sampled
     assert 0.05 * total < sampled < 0.15 * total
     assert s["profiled"] > 0
     assert not torch.autograd.profiler._is_profiler_enabled  # no leaked profiler state
 
 
-def test_tasks_created_inside_a_profiled_coroutine_join_it(xw):
+def test_tasks_created_inside_a_profiled_coroutine_nest_into_it(xw):
     x, w = xw
 
     @ns.profile_neuron(name="inner")
@@ -103,4 +103,5 @@ def test_tasks_created_inside_a_profiled_coroutine_join_it(xw):
     asyncio.run(outer(x))
     ns.flush(30)
     s = ns.stats()
-    assert s["profiled"] == 1 and s["joined"] == 2 and s["skipped"] == 0
+    # each interleaved inner call gets its own run; the outer one covers them all
+    assert s["profiled"] == 3 and s["joined"] == 0 and s["skipped"] == 0

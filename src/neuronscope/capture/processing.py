@@ -1,25 +1,31 @@
-"""Turning a stopped capture into a complete Run: trace model, summary, run directory, sinks.
+"""Turning a stopped capture into a complete Run, in two background stages.
 
-Runs on the background worker. Every failure here is logged and counted; the user's call
-finished long ago and never sees it.
+1. **analysis** (:func:`analyse`, analysis worker): the trace model from the capture's
+   segments, the summary — ``run.summary`` returns now — then the diagnosis.
+2. **output** (:func:`write_out`, output worker): the run directory (summary.json,
+   trace.json.gz, manifest.json), the sinks (OpenTelemetry), retention; then the Kineto
+   results are released and ``run.path`` / ``ns.flush()`` return.
+
+Every failure here is logged and counted; the user's call finished long ago and never sees it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import _config, _stats
+from .. import _config, _stats, _worker
 from .._run import Run, RunStatus
 from ..analysis.summary import summarize
-from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json, write_trace
+from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json, write_trace, write_trace_model
 from ..trace.kineto import trace_from_kineto
 
-__all__ = ["ProcessOptions", "add_sink", "last_run", "process_capture"]
+__all__ = ["ProcessOptions", "add_sink", "analyse", "last_run", "set_last_run", "submit"]
 
 log = logging.getLogger("neuronscope")
 
@@ -38,6 +44,9 @@ class ProcessOptions:
     backend: Any = None  #: the DeviceBackend, for its finish_run hook
     raw_dir: Path | None = None
     first_call: bool = False
+    serial: int = 0  #: the capture's serial (its markers in the trace)
+    only_own_thread: bool = False
+    extra_manifest: dict[str, Any] = field(default_factory=dict)  #: rank, job, ... (added by the caller)
 
 
 def add_sink(sink: Callable[[Run], None]) -> None:
@@ -51,11 +60,12 @@ def remove_sink(sink: Callable[[Run], None]) -> None:
 
 
 def last_run() -> Run | None:
-    """The most recent completed Run in this process (None before the first)."""
+    """The most recent profiled Run in this process (None before the first)."""
     return _last_run
 
 
-def _set_last(run: Run) -> None:
+def set_last_run(run: Run) -> None:
+    """Called when a capture ends, before processing: ``ns.last_run()`` has it at once."""
     global _last_run
     with _last_lock:
         if _last_run is None or run.end_ns >= _last_run.end_ns:
@@ -70,20 +80,77 @@ def _retention_bytes() -> int | None:
         return None
 
 
-def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options: ProcessOptions) -> None:
+def submit(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
+    """Queue a stopped capture for processing (never blocks, never drops)."""
+    _worker.get_worker().submit(lambda: analyse(run, segments, run_dir, options))
+
+
+def _segment_trace(seg: Any, device: str) -> Any:
+    with seg._lock:
+        if seg.trace is None:
+            seg.trace = trace_from_kineto(seg.results, device=device)
+            _worker.backlog.measured(id(seg), len(seg.trace), seg.stop_ns - seg.start_ns)
+        return seg.trace
+
+
+def _release(segments: list[Any]) -> None:
+    for seg in segments:
+        if seg.release():
+            _worker.backlog.remove(id(seg))
+
+
+def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
+    """Stage 1: trace model, summary (then ``run.summary`` returns), diagnosis."""
     try:
-        trace = trace_from_kineto(kineto_results, device=run.device)
+        from .merge import merge_segments
+
+        traces = [_segment_trace(seg, run.device) for seg in segments]
+        trace = merge_segments(
+            traces,
+            [seg.continued for seg in segments],
+            own_serial=options.serial,
+            only_own_thread=options.only_own_thread and any(seg.all_threads for seg in segments),
+        )
         if options.window is not None and len(trace):
             run.start_ns = trace.start_time_ns  # a schedule window starts at its first event
         summary = summarize(trace)
-        run._trace = trace
         run.manifest = {}
         notes: list[str] = []
         if options.backend is not None:
             notes = options.backend.finish_run(run, options.raw_dir, first_call=options.first_call)
-        device_facts = run.manifest
         summary = replace(summary, warnings=tuple(run.warnings), notes=tuple(notes))
-        run._summary = summary
+        run._set_summary(summary, trace)
+        run._set_diagnosis(_diagnose(run, trace, summary, options))
+    except Exception as exc:  # noqa: BLE001
+        _fail(run, exc, segments, run_dir)
+        return
+    _worker.output_worker().submit(lambda: write_out(run, segments, trace, run_dir, options))
+
+
+def _diagnose(run: Run, trace: Any, summary: Any, options: ProcessOptions) -> Any:
+    try:
+        from ..analysis.diagnosis import diagnose_trace
+    except ImportError:  # pragma: no cover - during development only
+        return None
+    try:
+        return diagnose_trace(trace, summary=summary, window=(run.start_ns, run.end_ns), facts=run.manifest)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
+        _stats.record("errors")
+        log.warning("neuronscope: diagnosing %r failed: %s", run.name, exc, exc_info=True)
+        run.warnings.append(f"diagnosis failed: {exc!r}")
+        return None
+
+
+def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
+    """Stage 2: run directory, sinks, manifest; then the Kineto results are released."""
+    where: Path | None = None
+    try:
+        try:
+            where = run_dir() if callable(run_dir) else run_dir
+        except Exception as exc:  # noqa: BLE001 - no directory, but the run still completes in memory
+            _stats.record("errors")
+            log.warning("neuronscope: could not create the run directory of %r: %s", run.name, exc)
+        device_facts = run.manifest
         run.manifest = base_manifest(
             name=run.name,
             device=run.device,
@@ -94,41 +161,64 @@ def process_capture(run: Run, kineto_results: Any, run_dir: Path | None, options
             error_message=run.error_message,
             window=options.window,
             events=len(trace),
+            segments=len(segments),
             backend=options.backend_info,
             sampling=options.sampling,
             warnings=run.warnings,
+            **options.extra_manifest,
             **device_facts,
         )
-        if run_dir is not None:
-            _write_run_dir(run, kineto_results, run_dir, options)
+        if run._diagnosis is not None:
+            run.manifest["bound_by"] = run._diagnosis.bound_by
+            run.manifest["device_busy_pct"] = round(run._diagnosis.device_busy_pct, 2)
+        if where is not None:
+            _write_run_dir(run, segments, trace, where, options)
         for sink in list(_sinks):
             try:
                 sink(run)
             except Exception as exc:  # noqa: BLE001 - a sink must never break the others
                 _stats.record("errors")
                 log.warning("neuronscope: sink %r failed: %s", sink, exc)
-        if run_dir is not None and run._path is not None:
-            run.manifest["files"] = files_of(run_dir)
-            write_json(run_dir / "manifest.json", run.manifest)
+        if where is not None and run._path is not None:
+            run.manifest["files"] = files_of(where)
+            write_json(where / "manifest.json", run.manifest)
         _stats.record("profiled")
-        if run_dir is not None:
-            mark_complete(run_dir, max_bytes=_retention_bytes())
+        if where is not None:
+            mark_complete(where, max_bytes=_retention_bytes())
         run._finish(RunStatus.COMPLETE)
-        _set_last(run)
     except Exception as exc:  # noqa: BLE001
-        _stats.record("errors")
-        log.warning("neuronscope: processing the profile of %r failed: %s", run.name, exc, exc_info=True)
-        run.warnings.append(f"processing failed: {exc!r}")
-        if run_dir is not None:
-            mark_complete(run_dir)
-        run._finish(RunStatus.FAILED)
+        _fail(run, exc, [], where)
+    finally:
+        _release(segments)
 
 
-def _write_run_dir(run: Run, kineto_results: Any, run_dir: Path, options: ProcessOptions) -> None:
+def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> None:
+    _stats.record("errors")
+    log.warning("neuronscope: processing the profile of %r failed: %s", run.name, exc, exc_info=True)
+    run.warnings.append(f"processing failed: {exc!r}")
+    if isinstance(run_dir, Path):
+        mark_complete(run_dir)
+    _release(segments)
+    run._finish(RunStatus.FAILED)
+
+
+def _write_run_dir(run: Run, segments: list[Any], trace: Any, run_dir: Path, options: ProcessOptions) -> None:
     try:
-        write_json(run_dir / "summary.json", run._summary.to_dict())  # type: ignore[union-attr]
+        summary = run._summary.to_dict()  # type: ignore[union-attr]
+        if run._diagnosis is not None:
+            summary["diagnosis"] = run._diagnosis.to_dict()
+        write_json(run_dir / "summary.json", summary)
         if options.save_trace:
-            write_trace(kineto_results, run_dir / "trace.json.gz", {"neuronscope_device": run.device})
+            meta = {"neuronscope_device": run.device}
+            if options.extra_manifest:
+                meta["neuronscope"] = dict(options.extra_manifest)
+            single = len(segments) == 1 and segments[0].trace is trace and segments[0].results is not None
+            t0 = time.perf_counter()
+            if single:
+                write_trace(segments[0].results, run_dir / "trace.json.gz", meta)
+            else:  # several segments (a capture that nested others): written from the merged model
+                write_trace_model(trace, run_dir / "trace.json.gz", meta)
+            log.debug("trace written in %.2f s", time.perf_counter() - t0)
         run._path = run_dir
     except OSError as exc:
         _stats.record("errors")

@@ -1,18 +1,19 @@
 """``profile_neuron`` and ``region``: one object that is both decorator and context manager.
 
 The calling thread only starts and stops torch.profiler (plus the device synchronize);
-reading the Kineto results, the summary, the run directory and the sinks run on the
-background worker (:mod:`neuronscope._worker`).
+reading the Kineto results, the summary, the diagnosis, the run directory and the sinks run
+on the background workers (:mod:`neuronscope._worker`).
 
-PyTorch allows one profiler per process. A profile entered while ours is active on the
-same thread joins it as a ``record_function`` region; on another thread it runs unprofiled
-and is counted as skipped. Nothing here raises into user code once the profile has been
-validated at creation time.
+PyTorch allows one profiler per process. A profile begun inside another one makes the
+outer one yield (:mod:`.session`): each gets a complete Run, ready when it ends, and the
+outer one still covers all its time. Nothing here raises into user code once the profile
+has been validated at creation time.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 import sys
@@ -26,17 +27,16 @@ from typing import Any, TypeVar
 import torch
 import wrapt
 
-from .. import _config, _stats
+from .. import _config, _stats, _worker
 from .. import api as _api  # noqa: F401 - registers the OpenTelemetry sink and the flush at exit
 from .._run import Run, RunStatus
-from .._worker import get_worker
 from ..errors import ConfigurationError
-from . import _registry
+from ..sinks.otel import capture_parent_context
+from . import session
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
+from .processing import ProcessOptions, set_last_run, submit
 from .sampling import SamplingPolicy
-from ..sinks.otel import capture_parent_context
-from .processing import ProcessOptions, process_capture
 
 __all__ = ["ProfileNeuron", "profile_neuron"]
 
@@ -70,6 +70,7 @@ class ProfileNeuron:
         warmup: int = 0,
         seed: int | None = None,
         sampler: Callable[[], bool] | None = None,
+        all_threads: bool = False,
         _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -98,6 +99,7 @@ class ProfileNeuron:
             ("profile_memory", profile_memory),
             ("with_stack", with_stack),
             ("with_flops", with_flops),
+            ("all_threads", all_threads),
         ):
             if not isinstance(value, bool):
                 raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
@@ -112,6 +114,7 @@ class ProfileNeuron:
             "with_flops": with_flops,
         }
         self.neuron = neuron
+        self.all_threads = all_threads
         self._local = threading.local()  # per-thread stack of active captures of this object
 
     # -- context manager -----------------------------------------------------------------
@@ -124,7 +127,7 @@ class ProfileNeuron:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         capture = self._stack().pop()
-        capture.end(exc, inline_if_busy=True)
+        capture.end(exc)
         return False
 
     async def __aenter__(self) -> Run:
@@ -194,64 +197,82 @@ class ProfileNeuron:
 class _Capture:
     """One attempt to profile one call. Never raises after construction."""
 
+    _serials = itertools.count(1)
+
     def __init__(self, spec: ProfileNeuron, name: str, *, save_trace: bool) -> None:
         self.spec = spec
         self.name = name
         self.save_trace = save_trace
+        self.serial = next(_Capture._serials)
+        self.all_threads = spec.all_threads
         self.run: Run | None = None
-        self._prof: Any = None
+        self.segments: list[Any] = []  # session.Segment, appended by the session
+        self._open = False
         self._region: Any = None
         self._backend: DeviceBackend | None = None
         self._run_dir: Path | None = None
+        self._raw_dir: Path | None = None
+        self._prof: Any = None  # a scheduled capture's own torch profile (for step())
         self._windows = 0
+        self._torch_ns = 0  # time inside torch's start/stop (not ours)
+        self._torch_cpu_ns = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
         self._callback_cpu_ns = 0
-        self._inline_if_busy = False  # the `with` form processes inline rather than drop
-        self._raw_dir: Path | None = None
         self.first_call = False  # set by the decorator for its first profiled call
 
+    # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
-        self.run = Run(self.name, "none")
+        return self._skipped("sampled out")
+
+    def _skipped(self, reason: str, *, device: str = "none") -> Run:
+        self.run = Run(self.name, device)
+        self.run.skip_reason = reason
         self.run._finish(RunStatus.SKIPPED)
         return self.run
 
     def begin(self) -> Run:
         if not _config.is_enabled():
-            self.run = Run(self.name, "none")
-            self.run._finish(RunStatus.SKIPPED)
-            return self.run
-        outer = _registry.try_acquire(self)
-        if outer is not _registry.ACQUIRED:
-            return self._run_unprofiled(outer)
+            return self._skipped("neuronscope is disabled (configure(enabled=False) or NEURONSCOPE_DISABLED=1)")
+        outcome = session.decide(self)
+        if outcome is session.JOIN or outcome is session.FOREIGN:
+            return self._join_as_region(outcome)
+        if outcome is session.OTHER_THREAD:
+            _stats.record("skipped")
+            return self._skipped(
+                "another profile is recording on another thread; torch.profiler records one session at a time and "
+                "only the thread that started it (profile_neuron(all_threads=True) on the outer profile lets it nest)"
+            )
+        if _worker.backlog.over_budget():
+            _stats.record("skipped_backpressure")
+            _warn_backpressure()
+            return self._skipped("backpressure: profiles waiting to be written exceed max_pending_bytes")
         try:
             return self._start()
         except Exception as exc:  # noqa: BLE001 - profiling must never break the user's call
-            _registry.release(self)
+            session.abandon(self)
             _stats.record("errors")
             log.warning("neuronscope: could not start profiling %r (%s); running unprofiled", self.name, exc)
             if self._run_dir is not None:
                 _discard_dir(self._run_dir)
-            self._prof = None
+            self._open = False
             self.run = Run(self.name, getattr(self._backend, "name", "unknown"))
+            self.run.skip_reason = f"the profiler could not start: {exc}"
             self.run._finish(RunStatus.FAILED)
             return self.run
 
-    def _run_unprofiled(self, outer: Any) -> Run:
-        if outer is _registry.SAME_THREAD or outer is _registry.FOREIGN:
-            # Nested inside a running profile: show up in it as a region.
-            self._region = torch.profiler.record_function(self.name)
-            self._region.__enter__()
-            self.run = Run(self.name, getattr(outer, "device", "unknown"))
-            if outer is _registry.SAME_THREAD and _registry.active_run() is not None:
-                self.run.parent = _registry.active_run()
-                self.run.device = self.run.parent.device
-                self.run.status = RunStatus.JOINED
-                _stats.record("joined")
-            else:
-                self.run._finish(RunStatus.SKIPPED)
-                _stats.record("skipped")
+    def _join_as_region(self, outcome: Any) -> Run:
+        # Inside a scheduled profile (its windows cannot be split) or someone else's profiler:
+        # show up in it as a region.
+        self._region = torch.profiler.record_function(self.name)
+        self._region.__enter__()
+        outer_run = session.active_run()
+        self.run = Run(self.name, getattr(outer_run, "device", "unknown"))
+        if outcome is session.JOIN and outer_run is not None:
+            self.run.parent = outer_run
+            self.run.status = RunStatus.JOINED
+            _stats.record("joined")
         else:
-            self.run = Run(self.name, "unknown")
+            self.run.skip_reason = "another torch.profiler (not neuronscope's) is running: recorded as a region of it"
             self.run._finish(RunStatus.SKIPPED)
             _stats.record("skipped")
         return self.run
@@ -268,114 +289,167 @@ class _Capture:
         self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
         self.run._otel_parent = capture_parent_context()
         self.run.start_ns = time.time_ns()
-        raw_dir = None
         if backend.name == "neuron":
             # The Neuron runtime writes its raw files during the profile: the directory must exist now.
             self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns)
             if self._run_dir is not None:
-                raw_dir = self._run_dir / "neuron"
-                raw_dir.mkdir(mode=0o700, exist_ok=True)
-        # Elsewhere the run directory is made by the worker: mkdir and retention scans are
-        # syscalls, and each one can cost the caller a GIL hand-over (~5 ms) while the worker computes.
-        self._raw_dir = raw_dir
-        kwargs: dict[str, Any] = dict(spec.torch_options)
-        config = backend.experimental_config(raw_dir)
-        if config is not None:
-            kwargs["experimental_config"] = config
-        self._prof = torch.profiler.profile(
-            activities=backend.activities(),
-            schedule=spec.schedule,
-            on_trace_ready=self._on_trace_ready,
-            **kwargs,
-        )
-        t_torch, c_torch = time.perf_counter_ns(), time.thread_time_ns()
-        self._prof.start()
-        t_started, c_started = time.perf_counter_ns(), time.thread_time_ns()
-        _registry.set_active_run(self.run)
+                self._raw_dir = self._run_dir / "neuron"
+                self._raw_dir.mkdir(mode=0o700, exist_ok=True)
+        # Elsewhere the run directory is made by the output worker: mkdir and retention scans
+        # are syscalls, and each can cost the caller a GIL hand-over (~5 ms) while a worker computes.
+        session.enter(self)
+        self._open = True
+        session.mark_capture(self)
         self.run.start_ns = time.time_ns()
         # What neuronscope itself costs the caller, torch.profiler's own start/stop excluded:
         # wall time (includes waiting for the GIL) and this thread's CPU time (does not).
-        self.run.caller_overhead_ns = (t_torch - t_begin) + (time.perf_counter_ns() - t_started)
-        self.run.caller_overhead_cpu_ns = (c_torch - c_begin) + (time.thread_time_ns() - c_started)
+        self.run.caller_overhead_ns = time.perf_counter_ns() - t_begin - self._torch_ns
+        self.run.caller_overhead_cpu_ns = time.thread_time_ns() - c_begin - self._torch_cpu_ns
         return self.run
+
+    def _start_session(self, all_threads: bool) -> Any:
+        """Start a torch profiler with this capture's options (called by the session, also to resume)."""
+        backend = self._backend
+        assert backend is not None
+        kwargs: dict[str, Any] = dict(self.spec.torch_options)
+        config = backend.experimental_config(self._raw_dir, all_threads=all_threads)
+        if config is not None:
+            kwargs["experimental_config"] = config
+        scheduled = self.spec.schedule is not None
+        prof = torch.profiler.profile(
+            activities=backend.activities(),
+            schedule=self.spec.schedule,
+            on_trace_ready=self._on_trace_ready if scheduled else None,
+            **kwargs,
+        )
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        prof.start()
+        self._torch_ns += time.perf_counter_ns() - t0
+        self._torch_cpu_ns += time.thread_time_ns() - c0
+        if scheduled:
+            self._prof = prof
+        return prof
+
+    def _on_segment(self, prof: Any, seg: Any) -> None:
+        """The session stopped while this capture owned it (inside torch's stop for the time)."""
+        _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns, seg.rss_growth))
+        if self.spec.schedule is not None or self._backend is None:
+            return
+        try:
+            self._backend.on_trace_ready(prof, self._raw_dir)
+        except Exception as exc:  # noqa: BLE001
+            if self.run is not None:
+                self.run.warnings.append(f"device exporter failed: {exc!r}")
+            log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
+
+    def _stop_failed(self) -> None:
+        _stats.record("errors")
+        log.warning("neuronscope: stopping the profiler for %r failed", self.name, exc_info=True)
+
+    def _resume_failed(self, exc: BaseException) -> None:
+        _stats.record("errors")
+        msg = f"the profile could not resume after a nested profile ({exc}); its time after that is missing"
+        log.warning("neuronscope: %r: %s", self.name, msg)
+        if self.run is not None:
+            self.run.warnings.append(msg)
 
     def step(self) -> None:
         if self._prof is not None:
             self._prof.step()
 
-    def end(self, exc: BaseException | None, *, inline_if_busy: bool = False) -> None:
+    def end(self, exc: BaseException | None) -> None:
         if self._region is not None:
             try:
                 self._region.__exit__(None, None, None)
             except Exception:  # noqa: BLE001
                 log.debug("neuronscope: leaving nested region failed", exc_info=True)
             return  # a JOINED run completes with the enclosing run
-        if self._prof is None or self.run is None:
+        if not self._open or self.run is None:
             return
+        self._open = False
         run = self.run
         t_end, c_end = time.perf_counter_ns(), time.thread_time_ns()
+        torch_before, torch_cpu_before = self._torch_ns, self._torch_cpu_ns
         run.end_ns = time.time_ns()
         if exc is not None:
             run.error = type(exc).__name__
             run.error_message = str(exc)[:1024]
-        self._inline_if_busy = inline_if_busy
-        t_torch, c_torch = time.perf_counter_ns(), time.thread_time_ns()
+        session.mark_capture(self, end=True)
+        backend = self._backend
+        t_stop, c_stop = time.perf_counter_ns(), time.thread_time_ns()
         try:
-            try:
-                self._backend.synchronize()  # type: ignore[union-attr]
-            finally:
-                self._prof.stop()
-                # on_trace_ready ran inside stop(): that part is ours, the rest is torch's.
-                run.caller_overhead_ns += (t_torch - t_end) + self._callback_ns
-                run.caller_overhead_cpu_ns += (c_torch - c_end) + self._callback_cpu_ns
-        except Exception as exc:  # noqa: BLE001
+            segments = session.leave(self, before_stop=backend.synchronize if backend is not None else None)
+        except Exception as exc_stop:  # noqa: BLE001
             _stats.record("errors")
-            log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc)
-            if not run.done and not run.windows:
-                run._finish(RunStatus.FAILED)
-        finally:
-            _registry.release(self)
-            self._prof = None
-        if self.spec.schedule is not None and not run.done:
-            run._finish(RunStatus.COMPLETE if run.windows else RunStatus.SKIPPED)
+            log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc_stop)
+            segments = list(self.segments)
+        # leave() = torch's stop (+ a restart for an outer capture) + the device exporter:
+        # the exporter is ours, the rest torch's.
+        torch_ns = time.perf_counter_ns() - t_stop - self._callback_ns
+        torch_cpu_ns = time.thread_time_ns() - c_stop - self._callback_cpu_ns
+        self._prof = None
+        if self.spec.schedule is not None:
+            for seg in segments:
+                if seg.release():
+                    _worker.backlog.remove(id(seg))
+            if not run.done:
+                run._finish(RunStatus.COMPLETE if run.windows else RunStatus.SKIPPED)
+            return
+        if not segments:
+            run._finish(RunStatus.FAILED)
+            return
+        set_last_run(run)
+        self._submit(run, segments, self._run_dir, window=None)
+        spent = time.perf_counter_ns() - t_end
+        spent_cpu = time.thread_time_ns() - c_end
+        run.caller_overhead_ns += spent - torch_ns - (self._torch_ns - torch_before)
+        run.caller_overhead_cpu_ns += spent_cpu - torch_cpu_ns - (self._torch_cpu_ns - torch_cpu_before)
+
+    def _options(self, window: int | None) -> ProcessOptions:
+        assert self._backend is not None
+        return ProcessOptions(
+            sampling=self.spec.policy.describe(),
+            save_trace=self.save_trace,
+            backend_info=self._backend.describe(),
+            window=window,
+            backend=self._backend,
+            raw_dir=self._raw_dir,
+            first_call=self.first_call,
+            serial=self.serial,
+            only_own_thread=not self.all_threads,
+        )
+
+    def _submit(self, run: Run, segments: list[Any], run_dir: Path | None, window: int | None) -> None:
+        spec, name, start_ns = self.spec, self.name, run.start_ns
+        where: Any = run_dir if run_dir is not None else (lambda: _make_run_dir(spec, name, start_ns))
+        submit(run, segments, where, self._options(window))
 
     def _on_trace_ready(self, prof: Any) -> None:
-        """torch.profiler calls this when a window (or the whole profile) is ready."""
+        """torch.profiler calls this when a scheduled profile's active window is ready."""
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         try:
             run = self.run
             assert run is not None and self._backend is not None
-            if self.spec.schedule is not None:
-                # Each active window becomes its own Run with its own directory.
-                window = Run(self.name, run.device)
-                window.start_ns = run.start_ns
-                window.end_ns = time.time_ns()
-                window._otel_parent = run._otel_parent
-                run_dir = self._run_dir if self._windows == 0 else None
-                self._windows += 1
-                run.windows.append(window)
-                target = window
-            else:
-                target, run_dir = run, self._run_dir
-                run.end_ns = run.end_ns or time.time_ns()
+            # Each active window becomes its own Run with its own directory.
+            window = Run(self.name, run.device)
+            window.start_ns = run.start_ns
+            window.end_ns = time.time_ns()
+            window._otel_parent = run._otel_parent
+            run_dir = self._run_dir if self._windows == 0 else None
+            self._windows += 1
+            run.windows.append(window)
             try:
                 self._backend.on_trace_ready(prof, self._raw_dir)
             except Exception as exc:  # noqa: BLE001
-                target.warnings.append(f"device exporter failed: {exc!r}")
+                window.warnings.append(f"device exporter failed: {exc!r}")
                 log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
-            options = ProcessOptions(
-                sampling=self.spec.policy.describe(),
-                save_trace=self.save_trace,
-                backend_info=self._backend.describe(),
-                window=self._windows if self.spec.schedule is not None else None,
-                backend=self._backend,
-                raw_dir=self._raw_dir,
-                first_call=self.first_call,
+            seg = session.Segment(
+                results=prof.profiler.kineto_results, owner=self, start_ns=window.start_ns, stop_ns=window.end_ns
             )
-            results = prof.profiler.kineto_results
-            spec, name, start_ns = self.spec, self.name, target.start_ns
-            where = run_dir if run_dir is not None else (lambda: _make_run_dir(spec, name, start_ns))
-            _submit(target, results, where, options, inline_if_busy=self._inline_if_busy)
+            seg._refs = 1
+            _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns))
+            set_last_run(window)
+            self._submit(window, [seg], run_dir, window=self._windows)
         except Exception as exc:  # noqa: BLE001
             _stats.record("errors")
             log.warning("neuronscope: handling the finished trace of %r failed: %s", self.name, exc)
@@ -384,36 +458,19 @@ class _Capture:
             self._callback_cpu_ns += time.thread_time_ns() - c0
 
 
-def _submit(
-    run: Run,
-    results: Any,
-    run_dir: Path | Callable[[], Path | None],
-    options: ProcessOptions,
-    *,
-    inline_if_busy: bool,
-) -> None:
-    """Hand a stopped capture to the worker. ``run_dir`` may be a callable that makes it there."""
+_backpressure_warned = False
 
-    def task() -> None:
-        where: Path | None
-        try:
-            where = run_dir() if callable(run_dir) else run_dir
-        except Exception as exc:  # noqa: BLE001 - no directory, but the run still completes in memory
-            _stats.record("errors")
-            log.warning("neuronscope: could not create the run directory of %r: %s", run.name, exc)
-            where = None
-        process_capture(run, results, where, options)
 
-    if get_worker().submit(task):
-        return
-    if inline_if_busy:
-        task()
-        return
-    _stats.record("dropped")
-    log.warning("neuronscope: background worker full; dropped the profile of %r", run.name)
-    if isinstance(run_dir, Path):
-        _discard_dir(run_dir)
-    run._finish(RunStatus.DROPPED)
+def _warn_backpressure() -> None:
+    global _backpressure_warned
+    if not _backpressure_warned:
+        _backpressure_warned = True
+        log.warning(
+            "neuronscope: profiles waiting to be written hold more than max_pending_bytes (%d MiB); "
+            "skipping new samples until they are written (counted as skipped_backpressure in ns.stats()). "
+            "Sample less often, or raise configure(max_pending_bytes=...).",
+            _worker.backlog.budget() // 2**20,
+        )
 
 
 def _discard_dir(path: Path) -> None:
@@ -489,6 +546,8 @@ class _ProfileNeuronFactory:
     ``save_trace`` (default: on for ``with``, off for decorators), ``schedule``
     (``torch.profiler.schedule``; advance with ``run.step()``), ``record_shapes``,
     ``profile_memory``, ``with_stack``, ``with_flops``, ``neuron`` (:class:`NeuronOptions`),
+    ``all_threads`` (record every thread, not only the calling one; profiles begun on other
+    threads then nest into this one — ``neuronscope run`` uses it),
     and sampling: ``sample`` (probability), ``every`` (every Nth call), ``max_per_minute``,
     ``warmup`` (skip the first N calls), ``seed`` or ``sampler`` (a callable deciding a call).
     Invalid values raise :class:`ConfigurationError` here, not on the first call.

@@ -17,9 +17,46 @@ from torch.profiler import record_function
 
 from .. import _config
 
-__all__ = ["Region", "region"]
+__all__ = ["Region", "continue_open_regions", "region"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Regions open while a profiler records, per thread: [name, record_function handle] boxes,
+# outermost first. When a nested profile ends and the outer one's session restarts, the
+# boxes still open on that thread get a fresh handle (see :func:`continue_open_regions`),
+# so the region keeps recording and the analysis stitches its pieces together.
+_open_by_thread: dict[int, list[list[Any]]] = {}
+
+
+def _enter(name: str) -> list[Any]:
+    handle = record_function(name)
+    handle.__enter__()
+    box = [name, handle]
+    _open_by_thread.setdefault(threading.get_ident(), []).append(box)
+    return box
+
+
+def _exit(box: list[Any]) -> None:
+    stack = _open_by_thread.get(threading.get_ident())
+    if stack and stack[-1] is box:
+        stack.pop()
+    elif stack and box in stack:
+        stack.remove(box)
+    try:
+        box[1].__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - a handle from a session that ended: nothing to close
+        pass
+
+
+def continue_open_regions() -> tuple[str, ...]:
+    """Re-enter this thread's open regions in the session that just started (outermost
+    first); their names, for stitching."""
+    stack = _open_by_thread.get(threading.get_ident(), [])
+    for box in stack:
+        handle = record_function(box[0])
+        handle.__enter__()
+        box[1] = handle
+    return tuple(box[0] for box in stack)
 
 
 def _profiling() -> bool:
@@ -39,9 +76,7 @@ class Region:
     def __enter__(self) -> "Region":
         if self.name is None:
             raise TypeError("region() needs a name when used with `with`: `with neuronscope.region('decode'):`")
-        handle = record_function(self.name) if _profiling() else None
-        if handle is not None:
-            handle.__enter__()
+        handle = _enter(self.name) if _profiling() else None
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
@@ -51,7 +86,7 @@ class Region:
     def __exit__(self, *exc: Any) -> bool:
         handle = self._local.stack.pop()
         if handle is not None:
-            handle.__exit__(None, None, None)
+            _exit(handle)
         return False
 
     def __call__(self, func: F) -> F:
@@ -60,15 +95,21 @@ class Region:
 
             @wrapt.decorator(enabled=_profiling)  # no profile: wrapt calls the function directly
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                with record_function(name):
+                box = _enter(name)
+                try:
                     return await wrapped(*args, **kwargs)
+                finally:
+                    _exit(box)
 
             return async_wrapper(func)
 
         @wrapt.decorator(enabled=_profiling)
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            with record_function(name):
+            box = _enter(name)
+            try:
                 return wrapped(*args, **kwargs)
+            finally:
+                _exit(box)
 
         return wrapper(func)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import TraceLoadError
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "create_run_dir", "load_run", "write_json", "write_trace"]
+__all__ = ["MANIFEST_SCHEMA_VERSION", "create_run_dir", "load_run", "write_json", "write_trace", "write_trace_model"]
 
 MANIFEST_SCHEMA_VERSION = 1
 _counter = itertools.count(1)
@@ -122,7 +122,11 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] | None = None) -> Path:
-    """Save the Kineto trace as ``trace.json.gz`` (Kineto's C++ writer, then gzip level 1)."""
+    """Save the Kineto trace as ``trace.json.gz`` (Kineto's C++ writer, then gzip level 1).
+
+    Our metadata goes in while streaming: the file (hundreds of MB for a big profile) is
+    never read into memory.
+    """
     raw = path.with_name("trace.json")
     try:
         kineto_results.save(str(raw))
@@ -135,29 +139,30 @@ def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] 
         if saved is None:
             raise
         shutil.copyfile(saved, raw)
-    if extra_metadata:
-        _add_top_level_fields(raw, extra_metadata)
     target = path.with_name("trace.json.gz")
     with open(raw, "rb") as src, gzip.open(_private_open_binary(target), "wb", compresslevel=1) as dst:
+        first = src.read(1 << 16)
+        brace = first.find(b"{")
+        if extra_metadata and brace >= 0:
+            # Kineto writes '{\n  "schemaVersion": ...': our keys go right after the opening brace.
+            extra = "".join(f"{json.dumps(k)}: {json.dumps(v, default=str)}, " for k, v in extra_metadata.items())
+            first = first[: brace + 1] + extra.encode() + first[brace + 1 :]
+        dst.write(first)
         shutil.copyfileobj(src, dst, 1 << 20)
     raw.unlink()
     return target
 
 
+def write_trace_model(trace: Any, path: Path, extra_metadata: dict[str, Any] | None = None) -> Path:
+    """Save a trace model (a capture merged from several segments) as ``trace.json.gz``."""
+    from ..trace.chrome_writer import trace_to_chrome
+
+    return trace_to_chrome(trace, path.with_name("trace.json.gz"), extra_metadata, opener=_private_open_binary)
+
+
 def _already_saved_trace(run_dir: Path) -> Path | None:
     candidates = [p for p in run_dir.rglob("*.json") if p.name == "trace.json" or p.name.startswith("neuron_framework_trace")]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
-
-
-def _add_top_level_fields(raw: Path, fields: dict[str, Any]) -> None:
-    # Kineto writes '{\n  "schemaVersion": ...'; insert our keys right after the opening brace
-    # without parsing a file that may be hundreds of MB.
-    data = raw.read_bytes()
-    brace = data.find(b"{")
-    if brace < 0:
-        return
-    extra = "".join(f"{json.dumps(k)}: {json.dumps(v, default=str)}, " for k, v in fields.items()).encode()
-    raw.write_bytes(data[: brace + 1] + extra + data[brace + 1 :])
 
 
 def _private_opener(path: str, flags: int) -> int:

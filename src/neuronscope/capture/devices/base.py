@@ -26,9 +26,17 @@ class DeviceBackend:
     def activities(self) -> list[ProfilerActivity]:
         return [ProfilerActivity.CPU]
 
-    def experimental_config(self, raw_dir: Path | None) -> Any | None:
-        """A ``torch._C._profiler._ExperimentalConfig`` for torch.profiler, or None."""
-        return None
+    def experimental_config(self, raw_dir: Path | None, *, all_threads: bool = False) -> Any | None:
+        """A ``torch._C._profiler._ExperimentalConfig`` for torch.profiler, or None.
+
+        ``all_threads``: record every thread of the process (torch's ``profile_all_threads``),
+        not only the one that starts the profiler.
+        """
+        if not all_threads:
+            return None
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
 
     def synchronize(self) -> None:
         """Wait for queued device work, so it lands inside the profile window."""

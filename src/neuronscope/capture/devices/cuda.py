@@ -29,6 +29,13 @@ class CudaBackend(DeviceBackend):
     def activities(self) -> list[ProfilerActivity]:
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
+    def experimental_config(self, raw_dir: Any, *, all_threads: bool = False) -> Any | None:
+        # cuda_sync events (cudaDeviceSynchronize, stream/event syncs on the GPU timeline) let the
+        # diagnosis see where the host made the device wait.
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(enable_cuda_sync_events=True, profile_all_threads=all_threads)
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 

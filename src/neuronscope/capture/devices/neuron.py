@@ -134,7 +134,9 @@ class NeuronBackend(DeviceBackend):
                 raise DeviceUnavailableError(f"importing torch_neuronx failed ({exc!r}). {_INSTALL_HINT}") from exc
         return [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
-    def experimental_config(self, raw_dir: Path | None) -> Any | None:
+    def experimental_config(self, raw_dir: Path | None, *, all_threads: bool = False) -> Any | None:
+        # NeuronConfig carries TorchNeuron's own options; torch's profile_all_threads cannot be
+        # added to it, so on Neuron a profile records the thread that started it.
         profiling = _profiling_module()
         if profiling is None or raw_dir is None:
             return None

@@ -1,0 +1,159 @@
+"""One capture's trace from the segments it was recorded in (see :mod:`.session`).
+
+* segments are concatenated: each event is in exactly one segment, so counted once;
+* a ``neuronscope.region`` open across a yield was cut at the segment's end and re-entered
+  when the session restarted: its pieces become one region again;
+* a capture nested inside this one appears as a region named after it (its begin and end
+  markers say where), as a nested ``record_function`` would;
+* when the sessions recorded every thread but this capture asked only for its own, the
+  other threads' events (and the device work they launched) are left out.
+
+A pure function over trace models, so it is tested without running a profiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..trace.model import EventKind, Trace
+from .session import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
+
+__all__ = ["merge_segments"]
+
+_STITCH_TOLERANCE_NS = 5_000_000  # a cut region ends within this of its segment's last event
+
+
+def merge_segments(
+    traces: Sequence[Trace],
+    continued: Sequence[Sequence[str]],
+    *,
+    own_serial: int,
+    only_own_thread: bool = False,
+) -> Trace:
+    """Merge a capture's segment traces. ``continued[k]``: the regions re-entered at the start
+    of segment k (outermost first); ``own_serial``: the capture's serial (its markers)."""
+    if len(traces) == 1 and not only_own_thread and not _has_inner_markers(traces[0], own_serial):
+        return traces[0]
+    trace = Trace.concat(list(traces))
+    sizes = [len(t) for t in traces]
+    seg_of = np.repeat(np.arange(len(traces)), sizes)
+    keep = np.ones(len(trace), dtype=bool)
+    dur = trace.duration_ns.copy()
+    end = trace.start_ns + trace.duration_ns
+    names = trace.names
+    name_of = np.array(names, dtype=object)[trace.name_id] if len(trace) else np.array([], dtype=object)
+    is_region = trace.kind == EventKind.REGION
+
+    # 1. stitch regions cut by a yield back together
+    seg_end = [int(end[seg_of == k].max()) if sizes[k] else 0 for k in range(len(traces))]
+    consumed: set[int] = set()
+    cut_seg = seg_of.copy()  # the segment whose end a (stitched) region reaches
+    for k in range(1, len(traces)):
+        if not continued[k]:
+            continue
+        markers = np.flatnonzero((seg_of == k) & (name_of == MARKER_SEGMENT))
+        if not markers.size:
+            continue
+        tid = int(trace.thread[markers[0]])
+        before_pool = np.flatnonzero(is_region & (seg_of < k) & (trace.thread == tid))
+        after_pool = np.flatnonzero(is_region & (seg_of == k) & (trace.thread == tid))
+        # innermost first for the cut pieces (latest start), outermost first for the continuations
+        befores: dict[int, int] = {}
+        for depth, name in reversed(list(enumerate(continued[k]))):
+            cands = [
+                int(i)
+                for i in before_pool
+                if name_of[i] == name and int(i) not in consumed and int(end[i]) >= seg_end[cut_seg[i]] - _STITCH_TOLERANCE_NS
+            ]
+            if cands:
+                pick = max(cands, key=lambda i: int(trace.start_ns[i]))
+                befores[depth] = pick
+                consumed.add(pick)
+        for depth, name in enumerate(continued[k]):
+            cands = [int(i) for i in after_pool if name_of[i] == name and int(i) not in consumed]
+            if not cands or depth not in befores:
+                continue
+            after = min(cands, key=lambda i: int(trace.start_ns[i]))
+            consumed.add(after)
+            before = befores[depth]
+            new_end = int(end[after])
+            dur[before] = new_end - int(trace.start_ns[before])
+            end[before] = new_end
+            cut_seg[before] = k
+            keep[after] = False
+            consumed.discard(before)  # may be cut again at a later boundary
+
+    # 2. nested captures as regions
+    extra_names: list[str] = []
+    extra_start: list[int] = []
+    extra_dur: list[int] = []
+    extra_thread: list[int] = []
+    begins: dict[str, tuple[int, int, str]] = {}
+    ends: dict[str, int] = {}
+    own_tid: int | None = None
+    for i in np.flatnonzero(trace.name_mask(lambda n: n.startswith(MARKER_CAPTURE))):
+        label = str(name_of[i])
+        serial, _, cname = label.partition("#")[2].partition(":")
+        if label.startswith(MARKER_CAPTURE_END):
+            ends[serial] = int(trace.start_ns[i])
+        else:
+            begins[serial] = (int(trace.start_ns[i]), int(trace.thread[i]), cname)
+            if serial == str(own_serial):
+                own_tid = int(trace.thread[i])
+    last = int(end.max()) if len(trace) else 0
+    for serial, (start, tid, cname) in begins.items():
+        if serial == str(own_serial):
+            continue
+        stop = ends.get(serial, last)
+        extra_names.append(cname)
+        extra_start.append(start)
+        extra_dur.append(max(stop - start, 0))
+        extra_thread.append(tid)
+
+    # 3. this capture's own thread only
+    if only_own_thread and own_tid is not None:
+        cpu = np.isin(trace.kind, [EventKind.OP, EventKind.REGION, EventKind.RUNTIME, EventKind.PYTHON, EventKind.OTHER])
+        mine = cpu & (trace.thread == own_tid)
+        launched = np.unique(trace.correlation_id[mine & (trace.correlation_id > 0)])
+        device = np.isin(trace.kind, [EventKind.DEVICE, EventKind.DEVICE_ANNOTATION])
+        keep &= mine | (device & np.isin(trace.linked_correlation_id, launched))
+        keep_extra = [t == own_tid for t in extra_thread]
+        extra = [(n, s, d, t) for n, s, d, t, k in zip(extra_names, extra_start, extra_dur, extra_thread, keep_extra) if k]
+        extra_names, extra_start, extra_dur, extra_thread = (list(x) for x in zip(*extra)) if extra else ([], [], [], [])
+
+    merged = Trace(
+        names=trace.names,
+        kind=trace.kind,
+        name_id=trace.name_id,
+        start_ns=trace.start_ns,
+        duration_ns=dur,
+        thread=trace.thread,
+        correlation_id=trace.correlation_id,
+        linked_correlation_id=trace.linked_correlation_id,
+        device=trace.device,
+        base_time_ns=trace.base_time_ns,
+        metadata=dict(trace.metadata),
+        category=trace.category,
+        categories=trace.categories,
+        inputs=trace.inputs,
+    ).select(keep)
+    if extra_names:
+        synthetic = Trace.from_columns(
+            names=extra_names,
+            kind=[int(EventKind.REGION)] * len(extra_names),
+            start_ns=extra_start,
+            duration_ns=extra_dur,
+            thread=extra_thread,
+            device=trace.device,
+            base_time_ns=trace.base_time_ns,
+            categories=["user_annotation"] * len(extra_names),
+        )
+        merged = Trace.concat([merged, synthetic], metadata=merged.metadata)
+    return merged
+
+
+def _has_inner_markers(trace: Trace, own_serial: int) -> bool:
+    own = f"{MARKER_CAPTURE}#{own_serial}:"
+    return any(n.startswith(MARKER_CAPTURE) and not n.startswith(own) and not n.startswith(f"{MARKER_CAPTURE_END}#{own_serial}:") for n in trace.names)

@@ -1,0 +1,302 @@
+"""The process's one torch.profiler session, shared by every open capture.
+
+PyTorch runs one profiler at a time (a second concurrent session crashes torch 2.13 at
+stop), and a session records only the thread that started it — unless it was started with
+``profile_all_threads``, which also lets any thread stop it. So nesting works like this:
+
+* the first capture starts a session; it is *open*;
+* a capture begun inside it (same thread and call chain, or any thread when a session
+  records all threads) makes the session **yield**: the running session stops, its events
+  become a :class:`Segment` shared by every open capture, and a new session starts with the
+  newcomer's options;
+* when a capture ends, the session stops (one more segment for everyone open), the capture
+  is processed from its own segments — so its summary is ready when *it* ends — and, if
+  captures remain open, a session restarts for the innermost of them.
+
+An outer capture therefore holds its time as consecutive segments; processing concatenates
+them, so every event is counted exactly once. ``neuronscope.region`` blocks that were open
+across a yield are re-entered when the session restarts and stitched back into one region.
+A capture on another thread while a thread-local session runs cannot be profiled at all
+(torch would record nothing of it): it runs unprofiled and says so.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .profile import _Capture
+
+__all__ = [
+    "FOREIGN",
+    "JOIN",
+    "NEST",
+    "OTHER_THREAD",
+    "START",
+    "Segment",
+    "active_run",
+    "enter",
+    "leave",
+]
+
+
+class _Outcome:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+START = _Outcome("START")  #: nothing open: start a session
+NEST = _Outcome("NEST")  #: inside an open capture: the session yields to the newcomer
+JOIN = _Outcome("JOIN")  #: inside a scheduled capture (whose windows cannot be split): record as a region
+OTHER_THREAD = _Outcome("OTHER_THREAD")  #: a thread-local session runs on another thread: unprofiled
+FOREIGN = _Outcome("FOREIGN")  #: someone else's torch.profiler runs: record as a region of theirs
+
+MARKER_CAPTURE = "neuronscope::capture"  # "neuronscope::capture#<id>:<name>" at a capture's start
+MARKER_CAPTURE_END = "neuronscope::capture_end"
+MARKER_SEGMENT = "neuronscope::segment"  # at every session start, on the starting thread
+
+
+@dataclass
+class Segment:
+    """The events of one session, shared by the captures open while it ran."""
+
+    results: Any  #: torch's Kineto results (``prof.profiler.kineto_results``)
+    owner: Any  #: the capture whose options the session ran with
+    start_ns: int
+    stop_ns: int
+    #: neuronscope regions re-entered on the starting thread at this session's start
+    continued: tuple[str, ...] = ()
+    all_threads: bool = False  #: the session recorded every thread
+    rss_growth: int | None = None  #: process RSS growth over the session (Linux), bytes
+    trace: Any = None  #: the segment's trace model, read once for every capture that shares it
+    _refs: int = field(default=0, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def release(self) -> bool:
+        """One capture is done with the segment; True when it was the last (free it then)."""
+        with self._lock:
+            self._refs -= 1
+            if self._refs <= 0:
+                self.results = None
+                self.trace = None
+                return True
+            return False
+
+
+_lock = threading.RLock()
+_open: list["_Capture"] = []
+_session: Any = None  # the running torch.profiler.profile
+_session_owner: "_Capture | None" = None
+_session_thread: int | None = None
+_session_all_threads = False
+_session_start_ns = 0
+_session_continued: tuple[str, ...] = ()
+_session_rss = 0
+# Which capture the current call chain runs inside. A ContextVar, not the thread id:
+# asyncio tasks share a thread, but a task started elsewhere is not part of the profiled
+# call, while tasks the profiled coroutine creates itself inherit the context and are.
+_inside: contextvars.ContextVar[Any] = contextvars.ContextVar("neuronscope_inside_capture", default=None)
+_tokens: dict[int, contextvars.Token] = {}
+
+
+def _torch_profiler_running() -> bool:
+    try:
+        return bool(torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled())
+    except AttributeError:  # pragma: no cover - older torch
+        return False
+
+
+def decide(capture: "_Capture") -> _Outcome:
+    """What ``capture`` may do now (no state changes)."""
+    with _lock:
+        if not _open:
+            return FOREIGN if _torch_profiler_running() else START
+        me = threading.get_ident()
+        inside = _inside.get()
+        same_chain = _session_thread == me and inside is not None and inside in _open
+        if any(c.spec.schedule is not None for c in _open):
+            return JOIN if same_chain else OTHER_THREAD
+        if same_chain or _session_all_threads:
+            return NEST
+        return OTHER_THREAD
+
+
+def enter(capture: "_Capture") -> None:
+    """Open ``capture``: stop the running session if any (a segment for everyone open),
+    then start one with ``capture._start_session(all_threads)``. Raises what that raises."""
+    global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
+    with _lock:
+        if _session is not None:
+            _cut_segment()
+        _open.append(capture)
+        _tokens[id(capture)] = _inside.set(capture)
+        try:
+            _start(capture, continued=())
+        except BaseException:
+            _open.remove(capture)
+            _reset_token(capture)
+            _resume()  # the captures we cut keep recording
+            raise
+
+
+def leave(capture: "_Capture", before_stop: Any = None) -> list[Segment]:
+    """Close ``capture``: stop the session, hand back the capture's segments, and restart a
+    session for the captures still open. ``before_stop()`` runs just before torch's stop
+    (the device synchronize)."""
+    with _lock:
+        if capture not in _open:
+            return []
+        try:
+            if before_stop is not None:
+                before_stop()
+        finally:
+            if _session is not None:
+                _cut_segment()
+            _open.remove(capture)
+            _reset_token(capture)
+            segments = capture.segments
+            _resume()
+        return segments
+
+
+def abandon(capture: "_Capture") -> None:
+    """Forget a capture whose start failed (nothing to process)."""
+    with _lock:
+        if capture in _open:
+            _open.remove(capture)
+        _reset_token(capture)
+
+
+def active_run() -> Any:
+    """The Run of the capture the current call chain is inside (for joins), or None."""
+    inside = _inside.get()
+    return getattr(inside, "run", None) if inside is not None and inside in _open else None
+
+
+def innermost() -> "_Capture | None":
+    with _lock:
+        return _open[-1] if _open else None
+
+
+def open_captures() -> list["_Capture"]:
+    with _lock:
+        return list(_open)
+
+
+def _rss() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None  # not Linux: the backlog estimates from the duration alone
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _start(capture: "_Capture", continued: tuple[str, ...]) -> None:
+    global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
+    global _session_rss
+    all_threads = any(c.all_threads for c in _open)
+    _session_rss = _rss() or 0
+    _session_start_ns = time.time_ns()
+    _session = capture._start_session(all_threads)
+    _session_owner = capture
+    _session_thread = threading.get_ident()
+    _session_all_threads = all_threads
+    _session_continued = continued
+    _mark(MARKER_SEGMENT)
+
+
+def _cut_segment() -> None:
+    """Stop the running session; its events become a segment of every open capture."""
+    global _session, _session_owner
+    prof, owner = _session, _session_owner
+    _session, _session_owner = None, None
+    stop_ns = time.time_ns()
+    try:
+        prof.stop()
+        results = prof.profiler.kineto_results
+    except Exception:  # noqa: BLE001 - a broken stop loses this segment, not the program
+        owner._stop_failed()
+        results = None
+    if results is None:
+        return
+    rss = _rss()
+    seg = Segment(
+        rss_growth=None if rss is None or not _session_rss else max(rss - _session_rss, 0),
+        results=results,
+        owner=owner,
+        start_ns=_session_start_ns,
+        stop_ns=stop_ns,
+        continued=_session_continued,
+        all_threads=_session_all_threads,
+    )
+    if owner is not None:
+        owner._on_segment(prof, seg)
+    for c in _open:
+        c.segments.append(seg)
+        seg._refs += 1
+
+
+def _resume() -> None:
+    """Restart a session for the innermost open capture, re-entering its thread's open regions."""
+    if not _open or _session is not None:
+        return
+    capture = _open[-1]
+    if capture.spec.schedule is not None:
+        return  # a scheduled capture's session is never yielded, so never resumed
+    from .region import continue_open_regions
+
+    try:
+        _start(capture, continued=())
+    except Exception as exc:  # noqa: BLE001 - the outer capture goes on without more segments
+        capture._resume_failed(exc)
+        return
+    global _session_continued
+    _session_continued = continue_open_regions()
+
+
+def _reset_token(capture: "_Capture") -> None:
+    token = _tokens.pop(id(capture), None)
+    if token is not None:
+        try:
+            _inside.reset(token)
+        except ValueError:  # released from another context (an async task): harmless
+            pass
+
+
+def _mark(name: str) -> None:
+    """A zero-length record_function: tells which Kineto thread id and trace time a point has."""
+    try:
+        handle = torch.profiler.record_function(name)
+        handle.__enter__()
+        handle.__exit__(None, None, None)
+    except Exception:  # noqa: BLE001 - markers only refine the analysis
+        pass
+
+
+def mark_capture(capture: "_Capture", end: bool = False) -> None:
+    _mark(f"{MARKER_CAPTURE_END if end else MARKER_CAPTURE}#{capture.serial}:{capture.name}")
+
+
+def _reset_after_fork() -> None:
+    global _lock, _session, _session_owner, _session_thread, _session_all_threads
+    _lock = threading.RLock()
+    _open.clear()
+    _session, _session_owner, _session_thread, _session_all_threads = None, None, None, False
+    _tokens.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
