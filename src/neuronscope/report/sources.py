@@ -75,9 +75,7 @@ def find_trace_file(directory: Path) -> Path | None:
 
 def open_source(path: str | os.PathLike[str]) -> Source:
     """Load a run directory or a trace file (what ``neuronscope show PATH`` accepts)."""
-    from ..analysis.summary import summarize
     from ..sinks.rundir import load_run
-    from ..trace.chrome import load_trace
 
     p = Path(path)
     if not p.exists():
@@ -89,6 +87,10 @@ def open_source(path: str | os.PathLike[str]) -> Source:
         if found is None:
             raise TraceLoadError(f"{p}: directory holds no manifest.json and no single trace.json(.gz); {_WHAT_TO_PASS}")
         p = found
+    # only a raw trace needs the trace model (numpy); a run directory's summary is JSON
+    from ..analysis.summary import summarize
+    from ..trace.chrome import load_trace
+
     trace = load_trace(p)
     return Source(label=p.name, kind="trace", summary=summarize(trace), path=p, manifest=dict(trace.metadata), _trace=trace)
 

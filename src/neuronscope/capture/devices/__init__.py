@@ -5,16 +5,33 @@ Nothing outside this package says "neuron" or "cuda" when deciding *how* to capt
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ...errors import ConfigurationError, DeviceUnavailableError
-from .base import DeviceBackend
-from .cpu import CpuBackend
-from .cuda import CudaBackend
-from .neuron import NeuronBackend
+
+if TYPE_CHECKING:
+    from .base import DeviceBackend
 
 __all__ = ["DEVICE_CHOICES", "DeviceBackend", "select_backend"]
 
 DEVICE_CHOICES = ("auto", "neuron", "cuda", "cpu")
-_BACKENDS: dict[str, type[DeviceBackend]] = {"neuron": NeuronBackend, "cuda": CudaBackend, "cpu": CpuBackend}
+
+
+def __getattr__(name: str) -> Any:
+    # The backends import torch; the file readers in this package (neuron_artifacts) must not.
+    if name == "DeviceBackend":
+        from .base import DeviceBackend
+
+        return DeviceBackend
+    raise AttributeError(name)
+
+
+def _backends() -> dict[str, Any]:
+    from .cpu import CpuBackend
+    from .cuda import CudaBackend
+    from .neuron import NeuronBackend
+
+    return {"neuron": NeuronBackend, "cuda": CudaBackend, "cpu": CpuBackend}
 
 
 def validate_device(device: object) -> str:
@@ -23,18 +40,19 @@ def validate_device(device: object) -> str:
     return device.lower()
 
 
-def select_backend(device: str = "auto") -> DeviceBackend:
+def select_backend(device: str = "auto") -> "DeviceBackend":
     """The backend for ``device``; ``"auto"`` prefers neuron, then cuda, then cpu.
 
     An explicitly requested device that is absent raises DeviceUnavailableError with what to install.
     """
     device = validate_device(device)
+    backends = _backends()
     if device == "auto":
-        for cls in (NeuronBackend, CudaBackend):
+        for cls in (backends["neuron"], backends["cuda"]):
             if cls.is_available():
                 return cls()
-        return CpuBackend()
-    cls = _BACKENDS[device]
+        return backends["cpu"]()
+    cls = backends[device]
     if not cls.is_available():
         raise DeviceUnavailableError(f'device="{device}" was requested but is not available: {cls.install_hint()}')
     return cls()
