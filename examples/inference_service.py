@@ -8,6 +8,8 @@ trace holds the profile (root span, regions, per-op aggregate spans) under its r
     python examples/inference_service.py --port 8000 --sample 0.1
     curl -X POST localhost:8000/infer -H 'content-type: application/json' -d '{"rows": 8}'
 
+    python examples/inference_service.py --self-test 20 --sample 0.5   # serve, send 20 requests, exit
+
 Point it at Jaeger/Tempo with the standard variables (see examples/observability/):
 OTEL_SERVICE_NAME=llm-api OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 python examples/inference_service.py
 """
@@ -88,10 +90,43 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--sample", type=float, default=float(os.environ.get("NEURONSCOPE_SAMPLE", "0.1")))
+    parser.add_argument("--self-test", type=int, default=0, metavar="N", help="serve on a free port, send N requests, exit")
     args = parser.parse_args()
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         ns.configure(exporter="otlp")
+    if args.self_test:
+        return self_test(create_app(args.sample, seed=0), args.self_test)
     uvicorn.run(create_app(args.sample), host=args.host, port=args.port)
+
+
+def self_test(app: FastAPI, requests: int) -> None:
+    """Serve ``app`` on a free loopback port in a thread, send ``requests`` requests, stop."""
+    import socket
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        for i in range(requests):
+            r = client.post("/infer", json={"rows": 8 + i})
+            r.raise_for_status()
+        health = client.get("/healthz").json()
+    server.should_exit = True
+    thread.join(30)
+    ns.flush(30)
+    print(f"{requests} requests served; neuronscope: {ns.stats()['profiled']} profiled, "
+          f"{health['neuronscope']['unsampled']} unsampled")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         s = run.summary
         top = s.top(1)[0] if len(s) else None
         total_ms = s.total_device_time_us / 1e3
-        top_txt = f"{top.name} x{top.calls} ({top.device_pct:.1f}%)" if top else "-"
+        top_txt = f"{s.label(top.name)} x{top.calls} ({top.device_pct:.1f}%)" if top else "-"
         print(f"{name:<22} {total_ms:>10.3f}ms {total_ms / args.steps:>8.3f}ms {len(s):>5}  {top_txt}")
     if "naive" in runs and "torch.compile(naive)" in runs:
         from neuronscope.analysis.diff import diff_summaries
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f" ({pct:+.1f}%)" if pct is not None else ""))
         for op in d.ops[:6]:
             t = op.self_device_time_us
-            print(f"  {op.name[:48]:<48} {format_us(t.a):>11} -> {format_us(t.b):>11}  [{op.presence}]")
+            print(f"  {d.label(op.name)[:48]:<48} {format_us(t.a):>11} -> {format_us(t.b):>11}  [{op.presence}]")
     print(f"\nrun directories: {', '.join(str(r.path) for r in runs.values())}")
     return 0
 

@@ -34,7 +34,7 @@ def test_neuron_inspect_runs_the_script_in_a_child_with_the_runtime_variables(tm
     script.write_text(SCRIPT)
     out = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "neuronscope", "run", "--neuron-inspect", "-o", str(out), str(script)],
+        [sys.executable, "-m", "neuronscope", "run", "--neuron-inspect", "--output-dir", str(out), str(script)],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 3  # the script's exit code
@@ -51,7 +51,7 @@ def test_run_with_otlp_endpoint_sends_the_profile(tmp_path, monkeypatch):
     script = tmp_path / "job.py"
     script.write_text("import torch\nprint(float(torch.ones(3).sum()))\n")
     with OtlpReceiver("http") as rx:
-        result = _runner().invoke(cli, ["run", "--otlp-endpoint", rx.endpoint, "-o", str(tmp_path / "r"), str(script)])
+        result = _runner().invoke(cli, ["run", "--otlp-endpoint", rx.endpoint, "--output-dir", str(tmp_path / "r"), str(script)])
         assert result.exit_code == 0, result.output
         spans = rx.wait_for_spans(2, timeout=20)
     assert any(s["name"] == "job" for s in spans)

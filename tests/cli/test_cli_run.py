@@ -52,20 +52,22 @@ def _runs(out: Path) -> list[Path]:
 def test_run_in_a_real_process_keeps_stdout_argv_and_exit_code(script, tmp_path):
     out = tmp_path / "runs"
     proc = subprocess.run(
-        [PYTHON, "-m", "neuronscope", "run", "-o", str(out), "--device", "cpu", str(script), "exit", "3", "--help", "-o", "x"],
+        [PYTHON, "-m", "neuronscope", "run", "--output-dir", str(out), "--device", "cpu", str(script), "exit", "3", "--help", "-o", "x"],
         capture_output=True,
         text=True,
         timeout=120,
         env={k: v for k, v in os.environ.items() if k != "NO_COLOR"},
     )
     assert proc.returncode == 3, proc.stderr
-    # stdout is exactly what the script printed; options after SCRIPT are the script's own
-    seen = json.loads(proc.stdout)
+    # stdout starts with exactly what the script printed; options after SCRIPT are the script's own
+    first, _, rest = proc.stdout.partition("\n")
+    seen = json.loads(first)
     assert seen == {"argv": [str(script), "exit", "3", "--help", "-o", "x"], "name": "__main__", "path0": str(script.parent)}
-    # the summary went to stderr, and the run directory is there
-    assert "Self device time total" in proc.stderr and "aten::mul" in proc.stderr
+    # then the summary, on stdout like cProfile's; stderr holds none of it
+    assert "Self device time total" in rest and "aten::mul" in rest
+    assert "Self device time total" not in proc.stderr
     (run_dir,) = _runs(out)
-    assert f"run directory: {run_dir}" in proc.stderr
+    assert f"run directory: {run_dir}" in rest
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["name"] == "workload" and manifest["device"] == "cpu" and manifest["error"] is None
     assert "forward" in ns.load_run(run_dir).summary.regions
@@ -74,45 +76,52 @@ def test_run_in_a_real_process_keeps_stdout_argv_and_exit_code(script, tmp_path)
 def test_run_in_process_with_clirunner(runner, script, tmp_path):
     out = tmp_path / "runs"
     argv_before, path0_before = sys.argv[:], sys.path[0]
-    result = runner.invoke(cli, ["run", "-o", str(out), str(script), "a b", "c"])
+    result = runner.invoke(cli, ["run", "--output-dir", str(out), str(script), "a b", "c"])
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["argv"] == [str(script), "a b", "c"]
+    assert json.loads(result.stdout.splitlines()[0])["argv"] == [str(script), "a b", "c"]
     assert sys.argv == argv_before and sys.path[0] == path0_before  # restored
-    assert "Self device time total" in result.stderr and len(_runs(out)) == 1
+    assert "Self device time total" in result.stdout and len(_runs(out)) == 1
 
 
 def test_script_exception_prints_its_traceback_exits_1_and_is_still_summarised(runner, script, tmp_path):
     out = tmp_path / "runs"
-    result = runner.invoke(cli, ["run", "-o", str(out), str(script), "raise"])
+    result = runner.invoke(cli, ["run", "--output-dir", str(out), str(script), "raise"])
     assert result.exit_code == 1
     err = result.stderr
     assert "Traceback (most recent call last)" in err and "ValueError: boom from the script" in err
     assert str(script) in err
     assert "runpy" not in err and "neuronscope/cli" not in err  # the traceback starts at the script
-    assert "Self device time total" in err  # summarised after the failure
+    assert "Self device time total" in result.stdout  # summarised after the failure
     (run_dir,) = _runs(out)
     assert json.loads((run_dir / "manifest.json").read_text())["error"] == "ValueError"
 
 
 def test_sys_exit_with_a_message(runner, script, tmp_path):
-    result = runner.invoke(cli, ["run", "-o", str(tmp_path / "runs"), str(script), "exit-message"])
+    result = runner.invoke(cli, ["run", "--output-dir", str(tmp_path / "runs"), str(script), "exit-message"])
     assert result.exit_code == 1
     assert "fatal: told to stop" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_run_a_module(runner, script, tmp_path, monkeypatch):
     monkeypatch.chdir(script.parent)
-    result = runner.invoke(cli, ["run", "-o", str(tmp_path / "runs"), "-m", "workload", "exit", "0"])
+    result = runner.invoke(cli, ["run", "--output-dir", str(tmp_path / "runs"), "-m", "workload", "exit", "0"])
     assert result.exit_code == 0, result.stderr
-    seen = json.loads(result.stdout)
+    seen = json.loads(result.stdout.splitlines()[0])
     assert seen["name"] == "__main__" and seen["argv"][1:] == ["exit", "0"] and seen["argv"][0].endswith("workload.py")
-    assert "Self device time total" in result.stderr
+    assert "Self device time total" in result.stdout
 
 
-def test_quiet_prints_only_the_run_directory(runner, script, tmp_path):
-    result = runner.invoke(cli, ["run", "-q", "-o", str(tmp_path / "runs"), str(script)])
+def test_quiet_prints_no_summary_and_output_sends_it_to_a_file(runner, script, tmp_path):
+    result = runner.invoke(cli, ["run", "-q", "--output-dir", str(tmp_path / "runs"), str(script)])
     assert result.exit_code == 0
-    assert "run directory:" in result.stderr and "Self device time total" not in result.stderr
+    assert json.loads(result.stdout)["name"] == "__main__"  # the script's output, nothing else
+    assert "Self device time total" not in result.stderr and len(_runs(tmp_path / "runs")) == 1
+    target = tmp_path / "summary.txt"
+    result = runner.invoke(cli, ["run", "-o", str(target), "--output-dir", str(tmp_path / "runs"), str(script), "exit", "4"])
+    assert result.exit_code == 4  # still the script's exit code
+    assert json.loads(result.stdout)["argv"][1:] == ["exit", "4"]
+    text = target.read_text()
+    assert "Self device time total" in text and "aten::mul" in text and "run directory:" in text
 
 
 @pytest.mark.parametrize(

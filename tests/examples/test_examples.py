@@ -100,3 +100,36 @@ def test_inference_service_request_spans_contain_the_profile(tmp_path, monkeypat
         assert request.start_time <= root.start_time and root.end_time <= request.end_time
         children = {s.name for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id}
         assert {"proj", "rmsnorm"} <= children
+
+
+# Every example, with small arguments: run directly and under `neuronscope run`.
+EXAMPLE_ARGS = {
+    "rmsnorm.py": ["--steps", "3", "--batch", "2", "--seq", "8", "--hidden", "256"],
+    "training_step.py": ["--steps", "12"],
+    "inference_service.py": ["--self-test", "6", "--sample", "0.5"],
+}
+
+
+def test_every_example_is_covered():
+    assert {p.name for p in (ROOT / "examples").glob("*.py")} == set(EXAMPLE_ARGS)
+
+
+@pytest.mark.parametrize("how", ["direct", "neuronscope run"])
+@pytest.mark.parametrize("example", sorted(EXAMPLE_ARGS))
+def test_example_runs_directly_and_under_neuronscope_run(example, how, tmp_path):
+    script = str(ROOT / "examples" / example)
+    args = EXAMPLE_ARGS[example]
+    if example == "rmsnorm.py" or example == "training_step.py":
+        args = [*args, "--output-dir", str(tmp_path / "runs")]
+    cmd = [sys.executable, script, *args]
+    if how == "neuronscope run":
+        cmd = [sys.executable, "-m", "neuronscope", "run", "--output-dir", str(tmp_path / "outer"), script, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**__import__("os").environ, "NEURONSCOPE_OUTPUT_DIR": str(tmp_path / "runs")})
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    assert "Traceback" not in proc.stderr
+    if how == "neuronscope run":
+        # the whole program's summary follows the script's output on stdout
+        assert "Self device time total" in proc.stdout
+        (outer,) = [p for p in (tmp_path / "outer").iterdir() if (p / "manifest.json").is_file()]
+        assert (outer / "summary.json").is_file()

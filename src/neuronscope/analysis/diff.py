@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .summary import OpStats, Summary
@@ -127,6 +127,13 @@ class SummaryDiff:
     total: Delta  #: total self device time, microseconds
     ops: tuple[OpDelta, ...]  #: sorted by |self device time delta|, largest first
     regions: tuple[RegionDelta, ...]  #: sorted by path
+    labels: dict[str, str] = field(default_factory=dict)  #: display labels of both summaries
+
+    def label(self, name: str) -> str:
+        """How tables show the op ``name`` (compiled graphs get readable labels)."""
+        from .names import display_name
+
+        return display_name(name, self.labels)
 
     @property
     def only_in_a(self) -> list[str]:
@@ -228,4 +235,5 @@ def diff_summaries(a: Summary, b: Summary) -> SummaryDiff:
         total=Delta(a.total_device_time_us, b.total_device_time_us),
         ops=tuple(ops),
         regions=tuple(regions),
+        labels={**a.labels, **b.labels},
     )

@@ -74,6 +74,9 @@ class Summary:
     #: whole-profile summary). Their ``device_pct`` is the share of the whole profile's device time.
     direct_rows: tuple[OpStats, ...] = ()
     notes: tuple[str, ...] = ()  #: lines printed after the table (e.g. how to open the raw files)
+    #: readable labels for machine-made op names (``compiled graph fydwk3x7 · f (file:12)``);
+    #: tables show them, the rows keep the full names (see :mod:`.names`)
+    labels: dict[str, str] = field(default_factory=dict)
 
     # -- queries -----------------------------------------------------------------------
     @property
@@ -96,6 +99,12 @@ class Summary:
                 return row
         raise KeyError(f"no op named {name!r} in this summary; ops: {[r.name for r in self.rows[:10]]}...")
 
+    def label(self, name: str) -> str:
+        """How tables show the op ``name``."""
+        from .names import display_name
+
+        return display_name(name, self.labels)
+
     def __contains__(self, name: object) -> bool:
         return any(r.name == name for r in self.rows)
 
@@ -117,6 +126,7 @@ class Summary:
             "direct_rows": [asdict(r) for r in self.direct_rows],
             "notes": list(self.notes),
             "warnings": list(self.warnings),
+            "labels": dict(self.labels),
         }
 
     @classmethod
@@ -130,6 +140,7 @@ class Summary:
             warnings=tuple(data.get("warnings", ())),
             direct_rows=tuple(OpStats(**r) for r in data.get("direct_rows", ())),
             notes=tuple(data.get("notes", ())),
+            labels=dict(data.get("labels") or {}),
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -149,10 +160,14 @@ class Summary:
         return self.table()
 
 
-def summarize(trace: Trace) -> Summary:
-    """Compute the per-op and per-region summary of a trace (vectorised; see module doc)."""
+def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None) -> Summary:
+    """Compute the per-op and per-region summary of a trace (vectorised; see module doc).
+
+    ``compiled_functions`` (compile id -> function) names the functions behind compiled graphs.
+    """
     import numpy as np
 
+    from .names import compiled_graph_labels
     from .nesting import nest
 
     kind = trace.kind
@@ -338,7 +353,12 @@ def summarize(trace: Trace) -> Summary:
             region_stats=region_stats[pid],
             direct_rows=_build(by_path.get(pid, []), trace.device, total).rows,
         )
-    return replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows)
+    labels = compiled_graph_labels(trace, compiled_functions)
+    if labels:
+        regions = {p: replace(r, labels=labels) for p, r in regions.items()}
+    return replace(
+        root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels
+    )
 
 
 def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last) -> list[tuple]:

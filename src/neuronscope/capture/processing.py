@@ -113,7 +113,9 @@ def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | N
         )
         if options.window is not None and len(trace):
             run.start_ns = trace.start_time_ns  # a schedule window starts at its first event
-        summary = summarize(trace)
+        from ..analysis.names import compiled_functions
+
+        summary = summarize(trace, compiled_functions=compiled_functions())
         run.manifest = {}
         notes: list[str] = []
         if options.backend is not None:

@@ -2,9 +2,11 @@
 
 Like ``python -m cProfile script.py``: the script runs in this process as ``__main__`` with
 ``sys.argv = [script, *args]`` and its directory first on ``sys.path``, inside
-``neuronscope.profile_neuron(name=<script stem>)``. Its stdout is untouched (the summary
-goes to stderr) and its exit status is ours: ``sys.exit(n)`` exits n, an uncaught
-exception prints its traceback and exits 1 — after the profile has been summarised.
+``neuronscope.profile_neuron(name=<script stem>, all_threads=True)``. The summary is printed
+on stdout after the script's own output (``-o FILE`` sends it to a file, ``--quiet``
+prints none), like cProfile and pyinstrument; the exit status is the script's:
+``sys.exit(n)`` exits n, an uncaught exception prints its traceback and exits 1 — after the
+profile has been summarised.
 """
 
 from __future__ import annotations
@@ -54,11 +56,12 @@ def _apply_run_options(opts: RunOptions) -> None:
     "run",
     context_settings={"allow_interspersed_args": False},  # everything after SCRIPT is the script's
 )
-@click.option("--output-dir", "-o", type=click.Path(file_okay=False), default=None, help="Where the run directory goes (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs).")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None, help="Where the run directory goes (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs).")
+@click.option("--output", "-o", "output_file", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE", help="Write the summary to FILE instead of stdout.")
 @click.option("--device", "-d", type=click.Choice(_DEVICES), default="auto", show_default=True, help="Device to profile; auto prefers neuron, then cuda, then cpu.")
 @click.option("--module", "-m", "as_module", is_flag=True, help="SCRIPT is a module name to run like `python -m` (e.g. -m mypkg.train).")
 @click.option("--top", "-n", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="Ops in the summary printed at the end (0 = all).")
-@click.option("--quiet", "-q", is_flag=True, help="Print only the run directory at the end, not the op table.")
+@click.option("--quiet", "-q", is_flag=True, help="Print no summary at the end (the run directory is still written).")
 @click.option("--op-spans", type=click.Choice(("summary", "events", "none")), default=None, help="OpenTelemetry span mode (default summary; see docs/opentelemetry.md).")
 @click.option("--otlp-endpoint", metavar="URL", default=None, help="Send spans and metrics to this OTLP endpoint (OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf).")
 @click.option("--neuron-inspect", is_flag=True, help="Whole-program capture by the Neuron runtime (NEURON_RT_INSPECT_*) in a child process, instead of torch.profiler.")
@@ -66,6 +69,7 @@ def _apply_run_options(opts: RunOptions) -> None:
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
 def run(
     output_dir: str | None,
+    output_file: str | None,
     device: str,
     as_module: bool,
     top: int,
@@ -81,12 +85,12 @@ def run(
     \b
     Examples:
       neuronscope run train.py --epochs 1
-      neuronscope run --device cpu -o runs/ examples/rmsnorm.py --steps 5
-      neuronscope run -m mypkg.serve --port 8000
+      neuronscope run --device cpu --output-dir runs/ examples/rmsnorm.py --steps 5
+      neuronscope run -o summary.txt -m mypkg.serve --port 8000
 
     Options go before SCRIPT; everything after it is passed to the script. The script's
-    output and exit status are preserved; the summary goes to stderr. PyTorch runs one
-    profiler at a time: profiles the script opens itself become regions of this one.
+    output and exit status are preserved; the summary follows on stdout (or -o FILE).
+    Profiles the script opens itself get their own runs and are regions of this one.
     """
     _apply_run_options(RunOptions(op_spans=op_spans, otlp_endpoint=otlp_endpoint, neuron_inspect=neuron_inspect))
     import neuronscope as ns
@@ -95,12 +99,16 @@ def run(
     if neuron_inspect:
         return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
     try:
-        profile = ns.profile_neuron(name=name, output_dir=output_dir, device=device)
+        # all_threads: the whole program, and profiles the script opens on any thread nest into it
+        profile = ns.profile_neuron(name=name, output_dir=output_dir, device=device, all_threads=True)
     except ns.DeviceUnavailableError as exc:
         raise Failure(f"--device {device}: {exc}") from exc
 
     code, run_obj = _run_profiled(profile, target, argv0, as_module, list(script_args))
-    _print_summary(run_obj, top, quiet)
+    if not quiet:
+        _print_summary(run_obj, top, output_file)
+    if run_obj is not None:
+        run_obj.wait(120)  # the run directory is complete when `run` returns
     if otlp_endpoint is not None:
         ns.flush(30)
     return code
@@ -243,25 +251,42 @@ def _print_script_traceback(tb: TracebackType | None, script_file: str, exc: Bas
     sys.stderr.flush()
 
 
-def _print_summary(run_obj, top: int, quiet: bool) -> None:
+def _print_summary(run_obj, top: int, output_file: str | None) -> None:
+    """The summary on stdout after the script's own output (or into ``output_file``)."""
     from ..report.sources import Source
     from ..report.terminal import header_renderable, make_console, summary_renderable
 
-    err = make_console(stderr=True)
-    if run_obj is None:
-        err.print("neuronscope: the profile did not start; no summary", style="yellow")
-        return
-    run_obj.wait(60)
-    summary = run_obj.summary
-    if summary is None:
-        err.print(f"neuronscope: no summary (profile {run_obj.status}); see the log above", style="yellow", markup=False)
-        return
-    src = Source(label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest))
-    err.rule("neuronscope", style="dim")
-    if not quiet:
-        err.print(header_renderable(src))
-        err.print()
-        err.print(summary_renderable(summary, err, top=top or None))
-    if run_obj.path is not None:
-        err.print(f"run directory: {run_obj.path}", markup=False, soft_wrap=True)
-        err.print(f"  neuronscope show {run_obj.path} --by-region", style="dim", markup=False, soft_wrap=True)
+    try:
+        sys.stdout.flush()  # the script's output first
+    except (OSError, ValueError):
+        pass
+    handle = None
+    if output_file is not None:
+        try:
+            handle = open(output_file, "w", encoding="utf-8")
+        except OSError as exc:
+            raise Failure(f"--output {output_file}: cannot write ({exc.strerror or exc})") from exc
+    try:
+        out = make_console(file=handle) if handle is not None else make_console()
+        err = make_console(stderr=True)
+        if run_obj is None:
+            err.print("neuronscope: the profile did not start; no summary", style="yellow")
+            return
+        summary = run_obj.summary
+        if summary is None:
+            why = run_obj.skip_reason or "see the log above"
+            err.print(f"neuronscope: no summary (profile {run_obj.status}: {why})", style="yellow", markup=False)
+            return
+        run_obj.wait(60)
+        src = Source(label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest))
+        src.diagnosis = run_obj.diagnosis
+        out.rule("neuronscope", style="dim")
+        out.print(header_renderable(src))
+        out.print()
+        out.print(summary_renderable(summary, out, top=top or None))
+        if run_obj.path is not None:
+            out.print(f"run directory: {run_obj.path}", markup=False, soft_wrap=True)
+            out.print(f"  neuronscope show {run_obj.path} --by-region", style="dim", markup=False, soft_wrap=True)
+    finally:
+        if handle is not None:
+            handle.close()

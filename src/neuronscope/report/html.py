@@ -84,7 +84,7 @@ def _op_chart(summary: Summary, key: str, top: int) -> str:
         label = f"{r.device_pct:.1f}%  {format_us(r.self_device_time_us)}  ×{r.calls}"
         out.append(
             f'<g class="op-row"><title>{_e(r.name)}: {_e(label)}</title>'
-            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(r.name))}</text>'
+            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(summary.label(r.name)))}</text>'
             f'<rect class="op-bar" x="{_LABEL_W}" y="{y + 3}" width="{w:.2f}" height="{_ROW_H - 6}" '
             f'fill="{_colour(r.name)}" data-op="{_e(r.name)}" data-self-device-us="{r.self_device_time_us:.3f}" '
             f'data-pct="{r.device_pct:.3f}"/>'
@@ -104,7 +104,7 @@ def _op_table(summary: Summary, key: str) -> str:
         "<th>Self CPU</th><th>CPU total</th></tr>"
     )
     body = "".join(
-        f"<tr><td>{_e(r.name)}</td>"
+        f'<tr><td title="{_e(r.name)}">{_e(summary.label(r.name))}</td>'
         + "".join(
             f'<td data-v="{v}">{t}</td>'
             for v, t in (
@@ -400,7 +400,7 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
         tx, anchor = (mid + w + 6, "start") if sd.delta >= 0 else (mid - w - 6, "end")
         out.append(
             f'<g class="diff-row"><title>{_e(o.name)}: {format_us(sd.a)} → {format_us(sd.b)} {_e(tag)}</title>'
-            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(o.name))}</text>'
+            f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(d.label(o.name)))}</text>'
             f'<rect class="diff-bar {"worse" if sd.delta > 0 else "better"}" x="{x:.2f}" y="{y + 3}" width="{w:.2f}" '
             f'height="{_ROW_H - 6}" data-op="{_e(o.name)}" data-delta-us="{sd.delta:.3f}" data-presence="{o.presence}"/>'
             f'<text x="{tx:.2f}" y="{y + 15}" text-anchor="{anchor}" class="value">{_e(label)}</text></g>'
@@ -408,7 +408,7 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
     for o in d.ops:
         sd = o.self_device_time_us
         rows.append(
-            f'<tr class="{o.presence}"><td>{_e(o.name)}</td><td data-v="{sd.a}">{format_us(sd.a)}</td>'
+            f'<tr class="{o.presence}"><td title="{_e(o.name)}">{_e(d.label(o.name))}</td><td data-v="{sd.a}">{format_us(sd.a)}</td>'
             f'<td data-v="{sd.b}">{format_us(sd.b)}</td><td data-v="{sd.delta}">{"+" if sd.delta >= 0 else "−"}'
             f'{format_us(abs(sd.delta))}</td><td data-v="{sd.pct if sd.pct is not None else 1e300}">{_pct(sd.pct, o.presence)}</td>'
             f'<td data-v="{o.calls.b}">{o.calls.a}→{o.calls.b}</td></tr>'

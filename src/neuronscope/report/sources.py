@@ -35,6 +35,7 @@ class Source:
     summary: Summary
     path: Path | None = None  #: run directory or trace file
     manifest: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Any = None  #: the run's Diagnosis, when known
     _trace: Trace | None = None
     _trace_loader: Callable[[], Trace | None] | None = None
 

@@ -199,7 +199,7 @@ def summary_renderable(
     ]
     if _unicode_ok(console):  # a share bar, the first thing to go on a narrow console
         cols.insert(3, _Col("", 7, [Text(_bar(r.device_pct), style="cyan") for r in shown], justify="left"))
-    table = _build_table(console, "Name", [r.name for r in shown], cols)
+    table = _build_table(console, "Name", [summary.label(r.name) for r in shown], cols)
     footer = Text()
     hidden = len(rows) - len(shown)
     if hidden > 0:
@@ -278,7 +278,7 @@ def diff_renderable(
         _Col("Delta %", 1, [_pct_text(d, o.presence) for o, d in zip(shown, sd)]),
         _Col(f"Calls A{arrow}B", 4, [f"{o.calls.a}{arrow}{o.calls.b}" for o in shown]),
     ]
-    parts: list[RenderableType] = [head, Text(), _build_table(console, "Op", [o.name for o in shown], cols)]
+    parts: list[RenderableType] = [head, Text(), _build_table(console, "Op", [diff.label(o.name) for o in shown], cols)]
     hidden = len(diff.ops) - len(shown)
     if hidden > 0:
         parts.append(Text(f"{hidden} more ops not shown (--top 0 shows all)", style="dim"))

@@ -25,12 +25,16 @@ def format_us(us: float) -> str:
     return f"{us:.3f}us"
 
 
+def _fit(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def summary_table(summary: "Summary", limit: int | None = 20, max_name: int = 48) -> str:
     header = ("Name", "Calls", "Self device", "Device %", "Device total", "Self CPU", "CPU total")
     rows = summary.rows if limit is None else summary.rows[:limit]
     body = [
         (
-            r.name if len(r.name) <= max_name else r.name[: max_name - 1] + "…",
+            _fit(summary.label(r.name), max_name),
             str(r.calls),
             format_us(r.self_device_time_us),
             f"{r.device_pct:.2f}%",

@@ -1,0 +1,44 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   venv + torch 2.13.0 (if not importable) + neuronscope, then the main example
+#   make test   venv + torch 2.13.0 (if not importable) + neuronscope[test], then the tests
+# Variables: VENV (default .venv), PYTHON (the interpreter that makes the venv, default python3),
+# TORCH_INDEX_URL (a wheel index for torch, e.g. https://download.pytorch.org/whl/cpu on a
+# CPU-only machine where pip would otherwise pick a multi-GB CUDA build), PYTEST_ARGS.
+
+VENV ?= .venv
+PYTHON ?= python3
+TORCH_VERSION := 2.13.0
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?= -q
+
+.PHONY: demo test install install-test clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# torch only when it is not importable already: the project's range (<2.15) accepts what is there.
+$(VENV)/.torch: | $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || \
+		$(PY) -m pip install "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	@touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(PY) -m pip install -q -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.torch
+	$(PY) -m pip install -q -e ".[test]"
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+demo: install
+	$(PY) examples/rmsnorm.py
+
+test: install-test
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV)
