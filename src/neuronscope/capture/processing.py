@@ -135,7 +135,7 @@ def _diagnose(run: Run, trace: Any, summary: Any, options: ProcessOptions) -> An
     except ImportError:  # pragma: no cover - during development only
         return None
     try:
-        return diagnose_trace(trace, summary=summary, window=(run.start_ns, run.end_ns), facts=run.manifest)
+        return diagnose_trace(trace, summary=summary, facts=run.manifest, serial=options.serial)
     except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
         _stats.record("errors")
         log.warning("neuronscope: diagnosing %r failed: %s", run.name, exc, exc_info=True)

@@ -1,14 +1,25 @@
-"""Diagnosis: why a run is slow (device busy/idle, classified gaps, steps, verdict, advice).
+"""Diagnosis: why a run is slow — device busy/idle, classified gaps, steps, a verdict, advice.
 
-A pure stage over the trace model; the result is plain data (:mod:`.model`).
+A pure stage over the trace model (:func:`diagnose_trace`); the result is plain data
+(:mod:`.model`). Online it runs right after the summary on every run (``run.diagnosis``);
+offline ``neuronscope.diagnose(path_or_run_or_trace)`` does the same for any Kineto trace.
+
+    timeline.py   busy intervals, gaps, the class of every gap
+    steps.py      the repeated unit of work and its wall time
+    rules/        the advisor: one module per family of rules
+    model.py      the result
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .model import BOUND_BY, DIAGNOSIS_SCHEMA_VERSION, GAP_CLASSES, Diagnosis, Finding, Gap, Gaps, Step, Steps, Timeline
 
 __all__ = [
     "BOUND_BY",
+    "DEFAULT_GAP_THRESHOLD_US",
+    "DEVICE_BOUND_PCT",
     "DIAGNOSIS_SCHEMA_VERSION",
     "GAP_CLASSES",
     "Diagnosis",
@@ -18,4 +29,177 @@ __all__ = [
     "Step",
     "Steps",
     "Timeline",
+    "diagnose_trace",
 ]
+
+DEFAULT_GAP_THRESHOLD_US = 50.0
+DEVICE_BOUND_PCT = 80.0
+TOP_GAPS = 5
+TIMELINE_BINS = 600
+TIMELINE_GAPS = 2000
+MAX_STEPS_SAVED = 1000
+_VERDICT_OF = {"host_wait": "host", "other": "host", "launch": "launch", "sync": "sync", "data": "data", "compile": "compile"}
+
+
+def _verdict(busy_pct: float, idle_by_class: dict[str, float]) -> str:
+    if busy_pct >= DEVICE_BOUND_PCT or not any(idle_by_class.values()):
+        return "device"
+    top = max(GAP_CLASSES, key=lambda c: (idle_by_class.get(c, 0.0), -GAP_CLASSES.index(c)))
+    return _VERDICT_OF[top]
+
+
+def diagnose_trace(
+    trace: Any,
+    *,
+    summary: Any = None,
+    facts: dict[str, Any] | None = None,
+    serial: int | None = None,
+    gap_threshold_us: float = DEFAULT_GAP_THRESHOLD_US,
+    window: Any = None,  # accepted for compatibility; the trace's own markers/extent are used
+) -> Diagnosis:
+    """Diagnose one trace model. ``facts``: the run's manifest (device facts such as Neuron
+    Explorer metrics); ``serial``: the capture whose markers delimit the window."""
+    import numpy as np
+
+    from ..intervals import busy_bins
+    from .rules import Context, run_rules
+    from .steps import find_steps
+    from .timeline import CLASSES, build_timeline, gap_details
+
+    facts = dict(facts or {})
+    if serial is None:
+        serial = facts.get("_serial")
+    tl = build_timeline(trace, serial=serial, threshold_us=gap_threshold_us, facts=facts)
+    window_ns = tl.window_ns
+    busy_ns = tl.busy_ns
+    idle_ns = max(window_ns - busy_ns, 0)
+    busy_pct = 100.0 * busy_ns / window_ns if window_ns else 0.0
+    glen = tl.gap_ns()
+    idle_by = np.bincount(tl.gap_cls, weights=glen, minlength=len(CLASSES)) if glen.size else np.zeros(len(CLASSES))
+    idle_by_class = {c: float(idle_by[i]) / 1e3 for i, c in enumerate(CLASSES)}
+
+    # gaps at or above the threshold
+    big = np.flatnonzero(glen >= tl.threshold_ns)
+    big_cls = tl.gap_cls[big]
+    us_by = np.bincount(big_cls, weights=glen[big], minlength=len(CLASSES)) if big.size else np.zeros(len(CLASSES))
+    n_by = np.bincount(big_cls, minlength=len(CLASSES)) if big.size else np.zeros(len(CLASSES), dtype=np.int64)
+
+    # steps
+    found = find_steps(trace, tl.lo, tl.hi, tl.main_thread)
+    steps = None
+    step_starts = np.empty(0, dtype=np.int64)
+    if found is not None:
+        source, name, s_start, s_end = found
+        steps = _steps(tl, source, name, s_start, s_end)
+        step_starts = s_start
+    n_steps = steps.count if steps is not None else 0
+
+    top: list[Gap] = []
+    for k in big[np.argsort(-glen[big], kind="stable")][:TOP_GAPS].tolist():
+        host, source, before, after = gap_details(tl, k)
+        step = int(np.searchsorted(step_starts, tl.gap_s[k], side="right") - 1) if step_starts.size else None
+        top.append(
+            Gap(
+                start_ns=int(tl.gap_s[k]),
+                duration_us=float(glen[k]) / 1e3,
+                cls=CLASSES[int(tl.gap_cls[k])],
+                host=host,
+                source=source,
+                before=before,
+                after=after,
+                step=step if step is not None and step >= 0 else None,
+            )
+        )
+    gaps = Gaps(
+        threshold_us=gap_threshold_us,
+        count=int(big.size),
+        total_us=float(glen[big].sum()) / 1e3,
+        us_by_class={c: float(us_by[i]) / 1e3 for i, c in enumerate(CLASSES)},
+        count_by_class={c: int(n_by[i]) for i, c in enumerate(CLASSES)},
+        top=tuple(top),
+    )
+    bound_by = _verdict(busy_pct, idle_by_class)
+    idle_total = sum(idle_by_class.values())
+    evidence: dict[str, Any] = {
+        "device_busy_pct": round(busy_pct, 2),
+        "device_bound_at_pct": DEVICE_BOUND_PCT,
+        "idle_share_pct": {c: round(100 * v / idle_total, 2) if idle_total else 0.0 for c, v in idle_by_class.items()},
+        "window_us": round(window_ns / 1e3, 3),
+        "gap_threshold_us": gap_threshold_us,
+    }
+
+    ctx = Context(trace=trace, timeline=tl, summary=summary, steps=n_steps, facts=facts)
+    if tl.mode == "cpu_main_thread":
+        ctx.note("no accelerator: 'device' is the CPU ops of the main thread, idle is the time between them")
+    if not (trace.kind == 6).any():  # EventKind.PYTHON
+        ctx.note("no source locations: profile with with_stack=True to get file:line for gaps and findings")
+    findings = run_rules(ctx)
+
+    # what the HTML timeline draws
+    span = max(tl.hi - tl.lo, 1)
+    bins = busy_bins(tl.busy_s, tl.busy_e, tl.lo, span, TIMELINE_BINS) if window_ns else np.zeros(0)
+    drawn = big[np.argsort(-glen[big], kind="stable")][:TIMELINE_GAPS]
+    drawn = np.sort(drawn)
+    timeline_data = Timeline(
+        start_ns=tl.lo,
+        end_ns=tl.hi,
+        busy_bins=tuple(float(b) for b in bins),
+        gaps=tuple((int(tl.gap_s[k]), int(glen[k]), CLASSES[int(tl.gap_cls[k])]) for k in drawn.tolist()),
+    )
+    return Diagnosis(
+        device=trace.device,
+        timeline=tl.mode,
+        window_start_ns=tl.lo,
+        window_end_ns=tl.hi,
+        device_busy_us=busy_ns / 1e3,
+        device_idle_us=idle_ns / 1e3,
+        device_busy_pct=busy_pct,
+        idle_us_by_class=idle_by_class,
+        gaps=gaps,
+        steps=steps,
+        bound_by=bound_by,
+        evidence=evidence,
+        findings=tuple(findings),
+        notes=tuple(ctx.notes),
+        timeline_data=timeline_data,
+    )
+
+
+def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any) -> Steps:
+    import numpy as np
+
+    from ..intervals import overlap_with
+    from .timeline import CLASSES
+
+    dur = (s_end - s_start).astype(np.int64)
+    busy = overlap_with(s_start, s_end, tl.busy_s, tl.busy_e)
+    # idle per class per step: the overlap of each step with the gaps of each class
+    per_class = np.zeros((len(CLASSES), dur.size), dtype=np.int64)
+    for c in range(len(CLASSES)):
+        sel = tl.gap_cls == c
+        if sel.any():
+            per_class[c] = overlap_with(s_start, s_end, tl.gap_s[sel], tl.gap_e[sel])
+    count = int(dur.size)
+    keep = np.arange(count)
+    if count > MAX_STEPS_SAVED:  # the slowest ones, in time order
+        keep = np.sort(np.argsort(-dur, kind="stable")[:MAX_STEPS_SAVED])
+    per_step = []
+    for i in keep.tolist():
+        d = int(dur[i])
+        pct = 100.0 * int(busy[i]) / d if d > 0 else 0.0
+        idle = {CLASSES[c]: float(per_class[c, i]) for c in range(len(CLASSES))}
+        per_step.append(Step(index=i, start_ns=int(s_start[i]), duration_us=d / 1e3, device_busy_pct=pct, bound_by=_verdict(pct, idle)))
+    us = dur / 1e3
+    slowest = int(np.argmax(dur)) if count else 0
+    pct = (lambda q: float(np.percentile(us, q))) if count else (lambda q: 0.0)
+    return Steps(
+        source=source,
+        name=name,
+        count=count,
+        p50_us=pct(50),
+        p90_us=pct(90),
+        p99_us=pct(99),
+        max_us=float(us.max()) if count else 0.0,
+        slowest_index=slowest,
+        per_step=tuple(per_step),
+    )

@@ -1,0 +1,111 @@
+"""What an event *is*, for the diagnosis: compilation, data loading, a host-device sync,
+an elementwise op... decided once per distinct name (names repeat; events are many)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+__all__ = [
+    "COMPILE",
+    "DATA",
+    "ELEMENTWISE",
+    "METADATA_OPS",
+    "REDUCTIONS",
+    "SYNC_OPS",
+    "SYNC_RUNTIME",
+    "is_compile",
+    "is_data",
+    "is_sync",
+    "user_frame",
+]
+
+#: torch.compile (dynamo/inductor/AOT) and Neuron compilation / model loading. dynamo wraps its
+#: phases in ``dynamo_timed`` annotations ("_compile.compile_inner (dynamo_timed)", ...).
+COMPILE = re.compile(
+    r"\(dynamo_timed\)$|^dynamo$|^_compile\.|^compile_fx|^inductor_|^aot_|^PyCodeCache\.|^async_compile|"
+    r"^OutputGraph\.|^bytecode_tracing|^build_guards|^compile_attempt|^CachingAutotuner|"
+    r"neuronx?[-_]?cc|neuron.*compil|^nrt_load|^model_load|^nrt_(?:model_)?load",
+    re.IGNORECASE,
+)
+#: torch's DataLoader iterator regions (and the python frames of ``__next__`` with stacks), plus
+#: the region names users give data loading by convention.
+DATA = re.compile(
+    r"^enumerate\((?:DataLoader|DataPipe)\)#|torch/utils/data/dataloader\.py\(\d+\): __next__|"
+    r"^(?:data|dataloader|data_loading|load_batch|next_batch|get_batch|input_pipeline)$",
+    re.IGNORECASE,
+)
+#: ops that make the host wait for the device (read a value back, or need its size)
+SYNC_OPS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::is_nonzero",
+        "aten::equal",
+        "aten::allclose",
+        "aten::masked_select",
+        "aten::unique",
+        "aten::_unique2",
+        "aten::tolist",
+    }
+)
+#: device runtime calls that block the host
+SYNC_RUNTIME = re.compile(
+    r"Synchronize|^cudaMemcpy(?:2D|3D)?$|^cudaMemset$|^cudaEventQuery$|^(?:hip|cuda)DeviceSynchronize|"
+    r"^nrt_?(?:sync|wait)|^neuron.*synchroni",
+    re.IGNORECASE,
+)
+#: pointwise ops: a chain of them reads and writes the whole tensor once each, unfused
+ELEMENTWISE = frozenset(
+    "aten::" + n
+    for n in (
+        "mul mul_ add add_ sub sub_ div div_ pow pow_ rsqrt rsqrt_ sqrt sqrt_ exp exp_ log log_ neg neg_ "
+        "reciprocal reciprocal_ abs abs_ sigmoid sigmoid_ tanh tanh_ relu relu_ gelu gelu_ silu silu_ "
+        "clamp clamp_ clamp_min clamp_min_ clamp_max where maximum minimum square erf erf_ sin cos "
+        "softplus hardswish leaky_relu elu addcmul addcdiv lerp"
+    ).split()
+)
+#: reductions that often sit inside an elementwise chain (RMSNorm's mean, softmax's sum)
+REDUCTIONS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::max", "aten::var", "aten::std", "aten::norm"})
+#: ops that launch no compute of their own (views, metadata, allocation)
+METADATA_OPS = frozenset(
+    "aten::" + n
+    for n in (
+        "view reshape _reshape_alias as_strided empty empty_like empty_strided zeros_like ones_like size stride "
+        "t transpose expand expand_as select slice unsqueeze squeeze permute detach alias lift lift_fresh "
+        "resolve_conj resolve_neg result_type _unsafe_view unbind split chunk narrow flatten unflatten "
+        "item _local_scalar_dense to _to_copy copy_ contiguous clone set_ resize_ is_nonzero numel dim "
+        "broadcast_tensors _has_compatible_shallow_copy_type"
+    ).split()
+)
+
+_NOT_USER = {"torch", "neuronscope", "torch_neuronx", "torch_xla", "wrapt", "click", "typing_extensions", "_pytest", "pytest"}
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
+
+
+def is_compile(name: str) -> bool:
+    return bool(COMPILE.search(name))
+
+
+def is_data(name: str) -> bool:
+    return bool(DATA.search(name))
+
+
+def is_sync(name: str) -> bool:
+    return name in SYNC_OPS or bool(SYNC_RUNTIME.search(name))
+
+
+def user_frame(name: str) -> str | None:
+    """``file.py:12 (func)`` for a python_function event of user code (not torch, not the stdlib)."""
+    m = _FRAME.match(name)
+    if m is None:
+        return None
+    path = m.group("file")
+    if path.startswith("<") or "site-packages/" in path or "dist-packages/" in path:
+        return None
+    # torch shortens paths below sys.path: "torch/nn/modules/linear.py", "logging/__init__.py"
+    top = path.split("/", 1)[0].removesuffix(".py")
+    if top in _NOT_USER or top in sys.stdlib_module_names:
+        return None
+    return f"{path}:{m.group('line')} ({m.group('func')})"

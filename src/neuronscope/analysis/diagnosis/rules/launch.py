@@ -1,0 +1,52 @@
+"""``launch_bound_loop``: many short ops, and the time between them is what the run waits on.
+
+Fires when the idle time of class ``launch`` (gaps below the gap threshold, between
+back-to-back ops) is at least 20 % of the window and the typical op is short (median under
+50 us): per-op launch/dispatch cost dominates, not the work. Time at stake: that idle time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...diagnosis.timeline import CLASS_INDEX
+from . import Context, rule
+
+_MIN_SHARE = 0.20
+_MAX_MEDIAN_NS = 50_000
+_MIN_OPS = 50
+
+
+@rule("launch_bound_loop")
+def launch_bound_loop(ctx: Context) -> list:
+    tl = ctx.timeline
+    if not tl.window_ns or tl.top_ops.size < _MIN_OPS:
+        return []
+    launch_ns = int(tl.gap_ns()[tl.gap_cls == CLASS_INDEX["launch"]].sum())
+    share = launch_ns / tl.window_ns
+    if tl.mode == "device":
+        from ....trace.kinds import EventKind
+
+        dev = ctx.trace.kind == EventKind.DEVICE
+        durations = ctx.trace.duration_ns[dev]
+    else:
+        durations = ctx.trace.duration_ns[tl.top_ops]
+    if not durations.size:
+        return []
+    median = float(np.median(durations))
+    if share < _MIN_SHARE or median >= _MAX_MEDIAN_NS:
+        return []
+    n = int(durations.size)
+    fix = (
+        "batch the work into fewer, bigger ops (vectorise the loop), or torch.compile it"
+        + ("; on CUDA, CUDA graphs (torch.compile(mode='reduce-overhead'))" if ctx.device == "cuda" else "")
+    )
+    return [
+        ctx.finding(
+            "launch_bound_loop",
+            f"small-op loop: {n} ops of median {median / 1e3:.1f} us, and {100 * share:.0f}% of the window is "
+            f"launch/dispatch time between them: {fix}",
+            launch_ns / 1e3,
+            {"ops": n, "median_op_us": round(median / 1e3, 3), "launch_idle_us": round(launch_ns / 1e3, 3)},
+        )
+    ]

@@ -1,0 +1,44 @@
+"""``sync_in_loop``: the host reads device values back (``.item()``, ``.cpu()``, ``print(t)``,
+``*Synchronize``) over and over; each one drains the device's queue.
+
+Fires when synchronising ops run at least once per step (or at least 3 times in a run
+without steps). Time at stake: the idle time of class ``sync`` (the gaps those syncs opened).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ..timeline import CLASS_INDEX, source_of
+from . import Context, rule
+
+
+@rule("sync_in_loop")
+def sync_in_loop(ctx: Context) -> list:
+    tl, trace = ctx.timeline, ctx.trace
+    if not tl.top_is_sync.any():
+        return []
+    syncs = tl.top_ops[tl.top_is_sync]
+    n = int(syncs.size)
+    if n < max(3, ctx.steps):
+        return []
+    idle_ns = int(tl.gap_ns()[tl.gap_cls == CLASS_INDEX["sync"]].sum())
+    if idle_ns <= 0 and tl.mode == "device":
+        return []
+    by_op = Counter(trace.names[int(i)] for i in trace.name_id[syncs])
+    where = source_of(trace, syncs, limit=3)
+    ops = ", ".join(f"{name} ×{c}" for name, c in by_op.most_common(3))
+    per = f" ({n / ctx.steps:.1f} per step)" if ctx.steps else ""
+    at = f" at {', '.join(where)}" if where else ""
+    return [
+        ctx.finding(
+            "sync_in_loop",
+            f"{n} host-device syncs{per} — {ops}{at}: keep values on the device, read them back every N steps, "
+            "or use non_blocking copies",
+            idle_ns / 1e3,
+            {"syncs": n, "by_op": dict(by_op), "sync_idle_us": round(idle_ns / 1e3, 3), "locations": where,
+             "host_time_in_syncs_us": round(float(np.sum(trace.duration_ns[syncs])) / 1e3, 3)},
+        )
+    ]

@@ -1,0 +1,244 @@
+"""torch.profiler's ``_pattern_matcher`` ("TorchTidy") rules, ported to the trace model.
+
+torch runs them on its ``experimental_event_tree`` and needs ``with_stack=True`` for most
+(and crashes when a match has no Python frame). Here each works from op and region names
+and their nesting, so it runs on every trace, live or saved; shapes are used where the rule
+is about shapes (``record_shapes=True``), and ``with_stack=True`` adds source locations.
+
+===========================  =============================================================
+rule                         torch's pattern (message)
+===========================  =============================================================
+``extra_copy``               ExtraCUDACopyPattern: a tensor filled on the CPU, then copied to
+                             the device ("initialize it on the device")
+``forloop_indexing``         ForLoopIndexingPattern: >= 10 identical blocks each starting
+                             with ``aten::select`` ("vectorization recommended")
+``optimizer_single_tensor``  OptimizerSingleTensorPattern: an optimizer step without
+                             ``_foreach_`` ops ("foreach=True")
+``sync_dataloader``          SynchronizedDataLoaderPattern: a single-process DataLoader
+                             ("num_workers > 0")
+``grad_not_set_to_none``     GradNotSetToNonePattern: ``zero_grad`` zeroing gradients
+                             ("set_to_none=True")
+``conv_bias_before_bn``      Conv2dBiasFollowedByBatchNorm2dPattern ("bias=False")
+===========================  =============================================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from ....trace.kinds import EventKind
+from ...nesting import nest
+from ..timeline import CLASS_INDEX, source_of
+from . import Context, rule
+
+_FILLS = frozenset(
+    "aten::" + n for n in "fill_ zero_ normal_ uniform_ ones zeros full randn rand randint arange ones_like zeros_like".split()
+)
+_COPY_TO = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
+_OPT_STEP = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+_ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#(\w+)\.zero_grad$")
+_PER_PARAM = frozenset({"aten::add_", "aten::mul_", "aten::addcmul_", "aten::addcdiv_", "aten::sqrt", "aten::lerp_", "aten::div"})
+_FORLOOP_MIN = 10
+
+
+class _Tree:
+    """Children of every op/region on the host threads, in time order."""
+
+    def __init__(self, ctx: Context) -> None:
+        trace = ctx.trace
+        sel = np.flatnonzero(
+            np.isin(trace.kind, [EventKind.OP, EventKind.REGION]) & np.isin(trace.thread, ctx.timeline.host_threads)
+        )
+        start = trace.start_ns[sel]
+        n = nest(trace.thread[sel], start, start + trace.duration_ns[sel])
+        self.pos = sel[n.order]  # trace positions, in nesting order
+        self.parent = n.parent
+        self.children: dict[int, list[int]] = defaultdict(list)  # parent index (-1 = root) -> child indices
+        for i, p in enumerate(self.parent.tolist()):
+            self.children[p].append(i)
+        names = trace.names
+        self.name = [names[int(k)] for k in trace.name_id[self.pos]]
+
+    def descendants(self, i: int) -> list[int]:
+        out, stack = [], list(self.children.get(i, ()))
+        while stack:
+            j = stack.pop()
+            out.append(j)
+            stack.extend(self.children.get(j, ()))
+        return out
+
+
+def _tree(ctx: Context) -> _Tree:
+    cached = ctx.facts.get("_tree")
+    if cached is None:
+        cached = ctx.facts["_tree"] = _Tree(ctx)
+    return cached
+
+
+def _time_us(ctx: Context, tree: _Tree, idx: list[int]) -> float:
+    return float(ctx.trace.duration_ns[tree.pos[idx]].sum()) / 1e3 if idx else 0.0
+
+
+@rule("extra_copy")
+def extra_copy(ctx: Context) -> list:
+    if ctx.device == "cpu" or not any(n in _COPY_TO for n in ctx.trace.names):
+        return []
+    tree = _tree(ctx)
+    hits: list[int] = []
+    for kids in tree.children.values():
+        for a, b in zip(kids, kids[1:]):
+            if tree.name[a] in _FILLS and tree.name[b] in _COPY_TO:
+                hits.append(b)
+    if not hits:
+        return []
+    return [
+        ctx.finding(
+            "extra_copy",
+            f"{len(hits)} tensors filled on the CPU and then copied to the {ctx.device} device: "
+            f"create them there directly (torch.zeros(..., device='{ctx.device}'))",
+            _time_us(ctx, tree, hits),
+            {"copies": len(hits), "locations": source_of(ctx.trace, tree.pos[hits], limit=2)},
+        )
+    ]
+
+
+@rule("forloop_indexing")
+def forloop_indexing(ctx: Context) -> list:
+    if "aten::select" not in ctx.trace.names:
+        return []
+    tree = _tree(ctx)
+    best: tuple[int, list[int], tuple[str, ...]] | None = None
+    for kids in tree.children.values():
+        names = [tree.name[k] for k in kids]
+        starts = [i for i, n in enumerate(names) if n == "aten::select"]
+        if len(starts) < _FORLOOP_MIN:
+            continue
+        blocks = [tuple(names[s:e]) for s, e in zip(starts, starts[1:] + [len(names)])]
+        run_start = 0
+        for i in range(1, len(blocks) + 1):
+            if i == len(blocks) or blocks[i] != blocks[run_start]:
+                length = i - run_start
+                if length >= _FORLOOP_MIN and (best is None or length > best[0]):
+                    members = [kids[j] for j in range(starts[run_start], starts[i - 1] + len(blocks[i - 1]))]
+                    best = (length, members, blocks[run_start])
+                run_start = i
+    if best is None:
+        return []
+    length, members, block = best
+    host_us = _time_us(ctx, tree, members)
+    return [
+        ctx.finding(
+            "forloop_indexing",
+            f"a Python loop indexes a tensor {length} times ({' → '.join(n.removeprefix('aten::') for n in block)} per item): "
+            "vectorise it (one op over the whole tensor instead of one per element)",
+            host_us * (1 - 1 / length),
+            {"iterations": length, "block": list(block), "locations": source_of(ctx.trace, tree.pos[members[:1]], limit=1)},
+        )
+    ]
+
+
+@rule("optimizer_single_tensor")
+def optimizer_single_tensor(ctx: Context) -> list:
+    trace = ctx.trace
+    single_py = [n for n in trace.names if re.search(r"_single_tensor_(adam|adamw|sgd)\b", n)]
+    tree = _tree(ctx) if any(_OPT_STEP.match(n) for n in trace.names) or single_py else None
+    found: dict[str, list[int]] = defaultdict(list)
+    if tree is not None:
+        for i, name in enumerate(tree.name):
+            m = _OPT_STEP.match(name)
+            if not m:
+                continue
+            inside = [tree.name[j] for j in tree.descendants(i)]
+            if any("_foreach_" in n for n in inside):
+                continue
+            if sum(n in _PER_PARAM for n in inside) >= 4:
+                found[m.group(1)].append(i)
+    if not found and not single_py:
+        return []
+    steps = [i for v in found.values() for i in v]
+    us = _time_us(ctx, tree, steps) * 0.5 if tree is not None and steps else 0.0
+    names = sorted(found) or [re.search(r"_single_tensor_(\w+)", single_py[0]).group(1)]  # type: ignore[union-attr]
+    return [
+        ctx.finding(
+            "optimizer_single_tensor",
+            f"the {'/'.join(names)} optimizer steps one tensor at a time: pass foreach=True (or fused=True) to it",
+            us,
+            {"optimizers": names, "steps": len(steps)},
+        )
+    ]
+
+
+@rule("sync_dataloader")
+def sync_dataloader(ctx: Context) -> list:
+    trace = ctx.trace
+    ids = [i for i, n in enumerate(trace.names) if "_SingleProcessDataLoaderIter" in n]
+    if not ids:
+        return []
+    count = int(np.isin(trace.name_id, ids).sum())
+    tl = ctx.timeline
+    exposed_ns = int(tl.gap_ns()[tl.gap_cls == CLASS_INDEX["data"]].sum())
+    return [
+        ctx.finding(
+            "sync_dataloader",
+            f"the DataLoader loads batches in the training process (num_workers=0, {count} batches here): "
+            "set num_workers > 0 (and pin_memory=True on an accelerator)",
+            exposed_ns / 1e3,
+            {"batches": count, "exposed_data_wait_us": round(exposed_ns / 1e3, 3)},
+        )
+    ]
+
+
+@rule("grad_not_set_to_none")
+def grad_not_set_to_none(ctx: Context) -> list:
+    if not any(_ZERO_GRAD.match(n) for n in ctx.trace.names):
+        return []
+    tree = _tree(ctx)
+    zeroing: list[int] = []
+    for i, name in enumerate(tree.name):
+        if _ZERO_GRAD.match(name):
+            for j in tree.descendants(i):
+                if tree.name[j] == "aten::zero_" and (tree.parent[j] < 0 or tree.name[int(tree.parent[j])] != "aten::zeros"):
+                    zeroing.append(j)
+    if not zeroing:
+        return []
+    return [
+        ctx.finding(
+            "grad_not_set_to_none",
+            f"zero_grad() zeroes {len(zeroing)} gradient tensors instead of dropping them: call zero_grad(set_to_none=True)",
+            _time_us(ctx, tree, zeroing),
+            {"tensors_zeroed": len(zeroing)},
+        )
+    ]
+
+
+@rule("conv_bias_before_bn")
+def conv_bias_before_bn(ctx: Context) -> list:
+    trace = ctx.trace
+    convs = {"aten::conv2d", "aten::convolution"}
+    if not any(n in convs for n in trace.names) or "aten::batch_norm" not in trace.names:
+        return []
+    tree = _tree(ctx)
+    recorded = trace.inputs
+    if not recorded:
+        ctx.note("conv bias check skipped: profile with record_shapes=True")
+        return []
+    hits = []
+    for kids in tree.children.values():
+        for a, b in zip(kids, kids[1:]):
+            if tree.name[a] in convs and tree.name[b] == "aten::batch_norm":
+                shapes = recorded.get(int(tree.pos[a]), ([], []))[0]
+                if len(shapes) >= 3 and shapes[2]:
+                    hits.append(a)
+    if not hits:
+        return []
+    return [
+        ctx.finding(
+            "conv_bias_before_bn",
+            f"{len(hits)} convolutions with a bias feed straight into BatchNorm (which cancels it): set bias=False on them",
+            _time_us(ctx, tree, hits) * 0.05,
+            {"convolutions": len(hits)},
+        )
+    ]

@@ -1,0 +1,34 @@
+"""``neuronscope.step()``: mark the end of a step inside a profile."""
+
+from __future__ import annotations
+
+__all__ = ["STEP_MARKER", "step"]
+
+#: the marker event ``step()`` leaves in the trace (never shown as an op or region)
+STEP_MARKER = "neuronscope::step"
+
+
+def step() -> None:
+    """Mark the end of one step (a training iteration, a served request batch...).
+
+    Inside a profile, the diagnosis then reports per-step wall time (p50/p90/p99/max, the
+    slowest step) and a bound-by verdict per step. With ``profile_neuron(schedule=...)`` it
+    also advances the schedule, like ``run.step()``. Outside a profile it does nothing
+    (a flag check), so it can stay in production loops.
+
+        with ns.profile_neuron() as run:
+            for batch in loader:
+                train_step(batch)
+                ns.step()
+    """
+    import torch.autograd.profiler as _ap
+
+    if not _ap._is_profiler_enabled:
+        return
+    from . import session
+
+    capture = session.innermost()
+    if capture is not None and capture.spec.schedule is not None:
+        capture.step()
+        return
+    session._mark(STEP_MARKER)
