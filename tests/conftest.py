@@ -22,3 +22,9 @@ def _isolated_runs(tmp_path, monkeypatch):
     _stats.reset()
     yield out
     ns.flush(30)
+    from neuronscope import _worker
+    from neuronscope.capture import session
+
+    # every stopped capture was written out and released: nothing leaks into the backlog
+    if not session.open_captures():
+        assert _worker.backlog.total_bytes == 0, f"backlog leak: {_worker.backlog._bytes}"

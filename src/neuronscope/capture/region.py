@@ -40,12 +40,20 @@ def _exit(box: list[Any]) -> None:
     stack = _open_by_thread.get(threading.get_ident())
     if stack and stack[-1] is box:
         stack.pop()
-    elif stack and box in stack:
-        stack.remove(box)
+    else:  # left on another thread (an awaited coroutine resumed elsewhere), or out of order
+        for other in list(_open_by_thread.values()):
+            if any(b is box for b in other):
+                other[:] = [b for b in other if b is not box]
+                break
     try:
         box[1].__exit__(None, None, None)
     except Exception:  # noqa: BLE001 - a handle from a session that ended: nothing to close
         pass
+
+
+def forget_open_regions() -> None:
+    """No capture is open any more: regions still open cannot be continued into anything."""
+    _open_by_thread.clear()
 
 
 def continue_open_regions() -> tuple[str, ...]:

@@ -165,7 +165,12 @@ def leave(capture: "_Capture", before_stop: Any = None) -> list[Segment]:
             _open.remove(capture)
             _reset_token(capture)
             segments = capture.segments
-            _resume()
+            if _open:
+                _resume()
+            else:
+                from .region import forget_open_regions
+
+                forget_open_regions()
         return segments
 
 
