@@ -12,8 +12,9 @@ requests, which a profiled call is not necessarily.
 
 Cardinality: op names come from the workload (custom ops, compiled graphs, Neuron kernels can
 be thousands), so each ``(device, profile name)`` admits at most ``top_ops`` op names, taken
-from each run's heaviest ops in order; everything else is folded into ``other`` (its time is
-kept: the per-run sums still add up to the summary's total). Profile names are capped at
+from each run's heaviest ops in order while there is room; once admitted, a name keeps its
+series; everything else is folded into ``other`` (its time is kept: the per-run values still
+add up to the summary's total). Profile names are capped at
 :data:`MAX_PROFILE_NAMES` per process the same way.
 """
 
@@ -167,7 +168,8 @@ class _Cardinality:
 
     def ops(self, device: str, profile: str, rows: Iterable[Any], top_ops: int) -> list[tuple[str, float]]:
         """(label, self device seconds) for one run: at most ``top_ops`` distinct names per
-        (device, profile) over the life of the process, plus ``other`` for the rest."""
+        (device, profile) over the life of the process, plus ``other`` for the rest. A name is
+        admitted when it is among a run's ``top_ops`` heaviest while there is room."""
         out: list[tuple[str, float]] = []
         other_s = 0.0
         folded = False
@@ -176,7 +178,9 @@ class _Cardinality:
             for rank, row in enumerate(rows):  # heaviest first (Summary.rows is sorted)
                 name = row.name[:_MAX_LABEL_CHARS]
                 seconds = row.self_device_time_us / 1e6
-                if rank < top_ops and name != OTHER and (name in admitted or len(admitted) < top_ops):
+                # An admitted name always keeps its series (it exists anyway), so one op's time
+                # is never split between its own series and "other" from run to run.
+                if name in admitted or (rank < top_ops and name != OTHER and len(admitted) < top_ops):
                     admitted.add(name)
                     out.append((name, seconds))
                 else:
