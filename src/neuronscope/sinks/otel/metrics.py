@@ -24,6 +24,7 @@ import bisect
 import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -92,7 +93,16 @@ class _Instruments:
 
 
 _lock = threading.Lock()
-_instruments: dict[int, _Instruments] = {}  # id(meter provider) -> its instruments
+# id(meter provider) -> (a reference to it, its instruments). The reference guards against a
+# dead provider's id being reused by a new one, which would get the dead one's instruments.
+_instruments: dict[int, tuple[Any, _Instruments]] = {}
+
+
+def _ref(obj: Any) -> Any:
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # not weak-referenceable: hold it (a provider lives as long as the process anyway)
+        return lambda: obj
 
 
 def _histogram(meter: Any, name: str, unit: str, description: str, buckets: tuple[float, ...]) -> Any:
@@ -105,9 +115,9 @@ def _histogram(meter: Any, name: str, unit: str, description: str, buckets: tupl
 def instruments_for(meter_provider: Any) -> _Instruments:
     key = id(meter_provider)
     with _lock:
-        found = _instruments.get(key)
-        if found is not None:
-            return found
+        entry = _instruments.get(key)
+        if entry is not None and entry[0]() is meter_provider:
+            return entry[1]
         meter = meter_provider.get_meter(_SCOPE, __version__)
         op_time = _histogram(
             meter, OP_DEVICE_TIME, "s", "Self device time of an op within one profiled call, summed over its calls", OP_TIME_BUCKETS_S
@@ -129,7 +139,8 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             description="Calls of profiled code by outcome (profiled, unsampled, skipped, joined, dropped, ...)",
         )
         takes_context = "context" in inspect.signature(op_time.record).parameters
-        found = _instruments[key] = _Instruments(op_time, duration, utilization, diagnosis_runs, step_time, takes_context)
+        found = _Instruments(op_time, duration, utilization, diagnosis_runs, step_time, takes_context)
+        _instruments[key] = (_ref(meter_provider), found)
         return found
 
 
