@@ -73,12 +73,13 @@ class PrometheusServer:
         self.start_timeout = start_timeout
         self._proc: subprocess.Popen | None = None
         self._log = self.workdir / "prometheus.log"
+        self._config_override: str | None = None  # tests of this fixture: a config of their own
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> "PrometheusServer":
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
-        config.write_text(_config(self.targets), encoding="utf-8")
+        config.write_text(self._config_override or _config(self.targets), encoding="utf-8")
         log = self._log.open("wb")
         self._proc = subprocess.Popen(
             [

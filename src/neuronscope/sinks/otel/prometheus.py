@@ -201,6 +201,8 @@ def start_endpoint(port: int, service_name: str | None, *, source: str) -> Prome
     host = os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
     try:
         endpoint = PrometheusEndpoint(port, host, service_name)
+    except TypeError as exc:  # an exporter older than the extra's pin: no registry= argument
+        raise ConfigurationError(f"{_INSTALL_HINT} (the installed opentelemetry-exporter-prometheus is too old: {exc})") from None
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise ConfigurationError(
