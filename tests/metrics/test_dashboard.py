@@ -160,3 +160,14 @@ def test_compose_setup_provisions_the_dashboard():
     sources = {d["uid"]: d for d in yaml.safe_load((OBS / "tempo" / "grafana" / "datasources.yaml").read_text(encoding="utf-8"))["datasources"]}
     (dest,) = sources["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
     assert dest["name"] == "trace_id" and sources[dest["datasourceUid"]]["type"] == "tempo"
+
+
+def test_the_grafana_page_shows_every_query_as_it_is(dashboard):
+    page = (ROOT / "docs" / "grafana.md").read_text(encoding="utf-8")
+    for panel in dashboard["panels"]:
+        assert panel["title"] in page or panel["type"] == "row" and panel["title"].split(" (")[0] in page, panel["title"]
+        for target in panel.get("targets", []):
+            assert target["expr"] in page, f"docs/grafana.md lacks the query of {panel['title']!r}"
+    for var in dashboard["templating"]["list"]:
+        if var["type"] == "query":
+            assert var["query"]["query"] in page, var["name"]
