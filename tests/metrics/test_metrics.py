@@ -318,3 +318,11 @@ def test_environment_variable_with_a_busy_port_only_warns(tmp_path):
         result, stderr = _run_with_env(tmp_path, NEURONSCOPE_PROMETHEUS_PORT=str(port))
     assert result == {"endpoint": None}  # the program ran on, without an endpoint
     assert f"NEURONSCOPE_PROMETHEUS_PORT={port}: port {port} on 127.0.0.1 is already in use" in stderr
+
+
+def test_no_endpoint_when_neuronscope_is_disabled(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result, _ = _run_with_env(tmp_path, NEURONSCOPE_PROMETHEUS_PORT=str(port), NEURONSCOPE_DISABLED="1")
+    assert result == {"endpoint": None}

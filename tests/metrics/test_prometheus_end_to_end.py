@@ -276,6 +276,12 @@ def test_exemplars_carry_the_trace_ids_of_the_runs(live):
             root = roots[trace_id]  # ... and that trace was really exported
             assert root.name == profile
             assert root.start_time / 1e9 <= e["timestamp"] <= root.end_time / 1e9 + 60
+    # Re-serving a bucket's latest exemplar on every scrape is accepted as a duplicate, never an error.
+    import urllib.request
+
+    own = urllib.request.urlopen(prom.url + "/metrics", timeout=10).read().decode()
+    counters = dict(line.rsplit(" ", 1) for line in own.splitlines() if line.startswith("prometheus_target_scrapes_exemplar_out_of_order_total"))
+    assert counters and all(float(v) == 0 for v in counters.values()), counters
 
 
 # -- the Grafana dashboard, against the same Prometheus ---------------------------------------

@@ -94,11 +94,11 @@ def _set_prometheus(port: int | None, service_name: str | None, *, source: str) 
 
 def start_prometheus_from_environment() -> None:
     """``NEURONSCOPE_PROMETHEUS_PORT``: start the endpoint; problems are logged, never raised."""
-    import os
+    from ..._config import disabled_by_environment
 
     raw = os.environ.get(PROMETHEUS_PORT_ENV, "")
-    if not raw.strip() or _prometheus is not None:
-        return
+    if not raw.strip() or _prometheus is not None or disabled_by_environment():
+        return  # (NEURONSCOPE_DISABLED=1: no profiles, so no server either)
     try:
         port = parse_port(raw, PROMETHEUS_PORT_ENV)
         if port is not None:
