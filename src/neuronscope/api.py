@@ -41,6 +41,8 @@ def configure(
     max_runs: int | None = _UNSET,
     max_bytes: int | None = _UNSET,
     max_pending_bytes: int | None = _UNSET,
+    prometheus_port: int | None = _UNSET,
+    metrics_top_ops: int = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -53,6 +55,13 @@ def configure(
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` set) or ``"console"``, neuronscope builds its own (never
     global). ``op_spans``: ``"summary"`` (default), ``"events"`` (capped by ``max_spans``) or
     ``"none"``. ``otlp_endpoint`` overrides ``OTEL_EXPORTER_OTLP_ENDPOINT`` for our exporter.
+
+    Metrics: ``prometheus_port`` serves them for Prometheus to scrape at
+    ``http://localhost:PORT/metrics`` (``$NEURONSCOPE_PROMETHEUS_PORT``; host from
+    ``$OTEL_EXPORTER_PROMETHEUS_HOST``; 0 picks a free port; None stops it; needs
+    ``pip install "neuronscope[prometheus]"``), in addition to the providers above. A port in
+    use raises :class:`ConfigurationError`. ``metrics_top_ops`` (default 20): op names per
+    profile that get their own series, the rest is recorded as ``other``.
 
     Retention: at most ``max_runs`` run directories (default 100, ``$NEURONSCOPE_MAX_RUNS``)
     holding at most ``max_bytes`` (default 10 GiB, ``$NEURONSCOPE_MAX_BYTES``) stay in the
@@ -87,6 +96,8 @@ def configure(
             ("max_spans", max_spans),
             ("exporter", exporter),
             ("endpoint", otlp_endpoint),
+            ("prometheus_port", prometheus_port),
+            ("metrics_top_ops", metrics_top_ops),
         )
         if value is not _UNSET
     }
@@ -157,6 +168,7 @@ def _flush_at_exit() -> None:
 
 
 add_sink(_otel.export_to_otel)
+_otel.start_prometheus_from_environment()  # NEURONSCOPE_PROMETHEUS_PORT; problems are only logged
 
 
 atexit.register(_flush_at_exit)

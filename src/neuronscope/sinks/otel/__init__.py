@@ -8,27 +8,39 @@ read), so the root span lands under the user's request span.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.metrics import Observation
 
 from ... import _stats
 from ..._version import __version__
+from ...errors import ConfigurationError
+from . import metrics as _metrics
+from .prometheus import PROMETHEUS_PORT_ENV, PrometheusEndpoint, parse_port, start_endpoint
 from .providers import OtelSettings, resolve_providers
 from .spans import emit_run
 
 if TYPE_CHECKING:
     from ..._run import Run
 
-__all__ = ["capture_parent_context", "export_to_otel", "flush_providers", "settings", "shutdown_providers"]
+__all__ = [
+    "capture_parent_context",
+    "export_to_otel",
+    "flush_providers",
+    "prometheus_endpoint",
+    "settings",
+    "shutdown_providers",
+    "start_prometheus_from_environment",
+]
 
 log = logging.getLogger("neuronscope")
 _SCOPE = "neuronscope"
 _settings = OtelSettings()
 _lock = threading.Lock()
-_instruments: dict[int, tuple[Any, Any]] = {}  # id(meter provider) -> (op histogram, duration histogram)
+_prometheus: PrometheusEndpoint | None = None  # the scrape endpoint, when one was asked for
+_prometheus_lock = threading.Lock()  # start/stop of the endpoint (binding a port can take a while)
 
 try:
     from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
@@ -41,17 +53,79 @@ def settings() -> OtelSettings:
 
 
 def configure_otel(**changes: Any) -> None:
-    """Apply OpenTelemetry options (validated first; nothing changes on error)."""
+    """Apply OpenTelemetry options (validated first; nothing changes on error).
+
+    ``prometheus_port`` (an int, 0 for a free port, or None to stop) starts or stops the
+    scrape endpoint; a port already in use raises ConfigurationError and changes nothing.
+    """
     global _settings
+    port_given = "prometheus_port" in changes
+    port = parse_port(changes.pop("prometheus_port", None), "configure(prometheus_port)") if port_given else None
     candidate = OtelSettings(**{**_settings.__dict__, **changes, "_own": []})
     candidate.validate()
+    if port_given:
+        _set_prometheus(port, candidate.service_name, source="configure(prometheus_port)")
+        if not changes:
+            return  # the endpoint only: the push providers stay as they are
     with _lock:
         old = _settings
         _settings = candidate
+    if old.metrics_top_ops != candidate.metrics_top_ops:
+        _metrics.reset_cardinality()
     # Providers we built for the old settings are ours to close.
     for provider in old._own:
         if provider is not None:
+            _metrics.forget_provider(provider)
             _safe(provider.shutdown)
+
+
+def _set_prometheus(port: int | None, service_name: str | None, *, source: str) -> None:
+    """Start, move or stop the endpoint. Raises ConfigurationError (nothing changed) on failure."""
+    global _prometheus
+    with _prometheus_lock:
+        current = _prometheus
+        if current is not None and port is not None and port in (current.requested_port, current.port):
+            return  # already serving there
+        new = start_endpoint(port, service_name, source=source) if port is not None else None
+        _prometheus = new
+    if current is not None:
+        _safe(current.stop)
+
+
+def start_prometheus_from_environment() -> None:
+    """``NEURONSCOPE_PROMETHEUS_PORT``: start the endpoint; problems are logged, never raised."""
+    from ..._config import disabled_by_environment
+
+    raw = os.environ.get(PROMETHEUS_PORT_ENV, "")
+    if not raw.strip() or _prometheus is not None or disabled_by_environment():
+        return  # (NEURONSCOPE_DISABLED=1: no profiles, so no server either)
+    try:
+        port = parse_port(raw, PROMETHEUS_PORT_ENV)
+        if port is not None:
+            _set_prometheus(port, _settings.service_name, source=PROMETHEUS_PORT_ENV)
+    except ConfigurationError as exc:
+        log.warning("neuronscope: no Prometheus endpoint: %s", exc)
+
+
+def prometheus_endpoint() -> PrometheusEndpoint | None:
+    """The running scrape endpoint (``.url``, ``.port``), or None."""
+    return _prometheus
+
+
+def _forget_prometheus_in_child() -> None:
+    # A forked child has the listening socket but not the server thread: close its copy (the
+    # parent keeps serving) and forget it; shutdown() would wait for a loop that is not running.
+    global _prometheus
+    endpoint, _prometheus = _prometheus, None
+    if endpoint is not None:
+        try:
+            endpoint._server.socket.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_prometheus_in_child)
 
 
 def capture_parent_context() -> Any:
@@ -66,51 +140,43 @@ def export_to_otel(run: "Run") -> None:
     if parent is not None and otel_context.get_value(_SUPPRESS_INSTRUMENTATION_KEY, parent):
         return
     tracer_provider, meter_provider = resolve_providers(settings_now)
+    root_context = None
     if tracer_provider is not None:
-        tracer = tracer_provider.get_tracer(_SCOPE, __version__)
+        tracer = _RootSpanTracer(tracer_provider.get_tracer(_SCOPE, __version__))
         trace_id, span_id, count = emit_run(run, tracer, settings_now.op_spans, settings_now.max_spans, parent)
+        root_context = tracer.root_context
         run.manifest["otel"] = {"trace_id": trace_id, "span_id": span_id, "spans": count}
-    if meter_provider is not None:
-        _record_metrics(run, meter_provider)
+    endpoint = _prometheus
+    for provider in (meter_provider, endpoint.meter_provider if endpoint is not None else None):
+        if provider is not None:
+            try:
+                _record_metrics(run, provider, root_context)
+            except Exception as exc:  # noqa: BLE001 - one broken provider must not stop the other
+                _stats.record("errors")
+                log.warning("neuronscope: recording metrics failed: %r", exc)
 
 
-def _instruments_for(meter_provider: Any) -> tuple[Any, Any]:
-    key = id(meter_provider)
-    with _lock:
-        found = _instruments.get(key)
-        if found is None:
-            meter = meter_provider.get_meter(_SCOPE, __version__)
-            op_hist = meter.create_histogram(
-                "neuronscope.op.device_time", unit="s", description="Self device time of an op within one profiled call"
-            )
-            dur_hist = meter.create_histogram(
-                "neuronscope.profile.duration", unit="s", description="Wall-clock duration of profiled calls"
-            )
-            # Outcome counts come from the process counters at collection time, so the hot
-            # path (an unsampled call) pays nothing for metrics.
-            meter.create_observable_counter(
-                "neuronscope.profile.calls",
-                callbacks=[_observe_calls],
-                unit="{call}",
-                description="Calls of profiled code by outcome (profiled, skipped, dropped, unsampled, ...)",
-            )
-            found = _instruments[key] = (op_hist, dur_hist)
-        return found
+class _RootSpanTracer:
+    """Passes spans through to the tracer and remembers the first one's context (the root):
+    metrics recorded under it carry its trace id as exemplars (and only when it was sampled)."""
+
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+        self.root_context: Any = None
+
+    def start_span(self, *args: Any, **kwargs: Any) -> Any:
+        span = self._tracer.start_span(*args, **kwargs)
+        if self.root_context is None:
+            self.root_context = span.get_span_context()
+        return span
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tracer, name)
 
 
-def _observe_calls(_options: Any) -> list[Observation]:
-    return [Observation(v, {"neuronscope.outcome": k}) for k, v in _stats.stats().items()]
-
-
-def _record_metrics(run: "Run", meter_provider: Any) -> None:
-    op_hist, dur_hist = _instruments_for(meter_provider)
-    base = {"neuronscope.device": run.device, "neuronscope.profile.name": run.name[:256]}
-    dur_hist.record(max(run.end_ns - run.start_ns, 0) / 1e9, base)
-    summary = run._summary  # not .summary: that waits for processing, which is us
-    if summary is None:
-        return
-    for row in summary.rows:
-        op_hist.record(row.self_device_time_us / 1e6, base | {"neuronscope.op.name": row.name[:256]})
+def _record_metrics(run: "Run", meter_provider: Any, span_context: Any = None) -> None:
+    """One run's metrics on ``meter_provider`` (also used by ``export_run``)."""
+    _metrics.record_run_metrics(run, meter_provider, _settings.metrics_top_ops, span_context)
 
 
 def _providers_to_flush() -> list[Any]:
@@ -118,7 +184,6 @@ def _providers_to_flush() -> list[Any]:
         (_settings.tracer_provider, _settings.meter_provider) if not _settings._own else tuple(_settings._own)
     )
     return [p for p in (tracer_provider, meter_provider) if p is not None and hasattr(p, "force_flush")]
-
 
 
 def flush_providers(timeout_s: float | None) -> bool:
@@ -131,9 +196,14 @@ def flush_providers(timeout_s: float | None) -> bool:
 
 
 def shutdown_providers() -> None:
+    global _prometheus
     for provider in _settings._own:
         if provider is not None:
             _safe(provider.shutdown)
+    with _prometheus_lock:
+        endpoint, _prometheus = _prometheus, None
+    if endpoint is not None:
+        _safe(endpoint.stop)
 
 
 def _safe(fn: Any, *args: Any) -> Any:

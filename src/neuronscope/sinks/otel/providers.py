@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ... import _stats
 from ...errors import ConfigurationError
+from .metrics import DEFAULT_TOP_OPS
 
 __all__ = ["OtelSettings", "resolve_providers"]
 
@@ -34,6 +35,8 @@ _INSTALL_HINT = 'OTLP export needs the exporters: pip install "neuronscope[otlp]
 # A profile's spans arrive in one burst from the worker; the SDK default queue (2048) drops
 # most of a large events-mode burst. Sized so a capped profile is never dropped.
 SPAN_QUEUE_SIZE = 65536
+# A cap on the cap: each op name is a series per histogram bucket in the metrics backend.
+MAX_TOP_OPS = 1000
 
 
 @dataclass
@@ -45,6 +48,8 @@ class OtelSettings:
     max_spans: int = 1000
     exporter: str = "auto"
     endpoint: str | None = None
+    #: op names per (device, profile name) that get their own metric series; the rest is "other"
+    metrics_top_ops: int = DEFAULT_TOP_OPS
     _own: list[Any] = field(default_factory=list)  # providers we built: we flush/shut them down
 
     def validate(self) -> None:
@@ -54,6 +59,11 @@ class OtelSettings:
             raise ConfigurationError(f"exporter={self.exporter!r}: use one of {', '.join(EXPORTERS)}")
         if not isinstance(self.max_spans, int) or isinstance(self.max_spans, bool) or self.max_spans < 1:
             raise ConfigurationError(f"max_spans={self.max_spans!r}: use a positive int")
+        top = self.metrics_top_ops
+        if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP_OPS:
+            raise ConfigurationError(
+                f"metrics_top_ops={top!r}: use an int from 1 to {MAX_TOP_OPS} (op names with their own series; the rest is 'other')"
+            )
         if self.service_name is not None and not isinstance(self.service_name, str):
             raise ConfigurationError(f"service_name={self.service_name!r}: use a string")
         if self.tracer_provider is not None and not hasattr(self.tracer_provider, "get_tracer"):

@@ -1,0 +1,350 @@
+"""End to end: profiled workloads -> neuronscope's Prometheus endpoint (the real
+opentelemetry-exporter-prometheus reader behind prometheus_client's HTTP server) -> a real
+Prometheus scraping it over loopback -> PromQL through Prometheus' HTTP API.
+
+One workload runs for the whole module (rounds of calls with a scrape in between, so rates and
+increases have something to see); every test then queries Prometheus at the instant the
+workload ended (``T_END``), which later tests' counter resets cannot change.
+
+The per-run diagnosis metrics (device utilization, bound-by, step time) are fed from
+``run._diagnosis``; on this branch the analysis does not set it yet, so a sink placed before the
+OpenTelemetry one attaches a real :class:`Diagnosis` built here to the ``diagnosed`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.prometheus import SCRAPE_INTERVAL_S, PrometheusServer
+from workloads import rmsnorm_naive
+
+import neuronscope as ns
+from metrics.conftest import DEFAULTS, custom_ops, prometheus_or_skip
+from neuronscope import _stats
+from neuronscope.analysis.diagnosis.model import BOUND_BY, Diagnosis, Gaps, Step, Steps
+from neuronscope.capture import processing
+from neuronscope.sinks import otel
+from neuronscope.sinks.otel.metrics import OTHER, PROMETHEUS_NAMES
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "examples" / "observability" / "grafana" / "neuronscope-dashboard.json"
+TOP_OPS = 6
+ROUNDS = 4
+JOB = "neuronscope"  # the scrape job name in support/prometheus.py
+# Step durations (us) of the diagnosed runs' steps: spread over several buckets
+STEP_US = (1_800.0, 2_600.0, 4_100.0, 7_500.0, 12_000.0, 45_000.0)
+BUSY_PCT = (91.0, 64.5, 37.25, 12.0, 83.0)
+
+
+def _diagnosis(run, i: int) -> Diagnosis:
+    busy = BUSY_PCT[i % len(BUSY_PCT)]
+    window_us = max((run.end_ns - run.start_ns) / 1e3, 1.0)
+    per_step = tuple(
+        Step(index=k, start_ns=run.start_ns + k * 1000, duration_us=STEP_US[(i + k) % len(STEP_US)], device_busy_pct=busy, bound_by="host")
+        for k in range(3)
+    )
+    durations = sorted(s.duration_us for s in per_step)
+    steps = Steps(
+        source="region", name="step", count=3, p50_us=durations[1], p90_us=durations[2], p99_us=durations[2],
+        max_us=durations[2], slowest_index=max(per_step, key=lambda s: s.duration_us).index, per_step=per_step,
+    )
+    idle = window_us * (1 - busy / 100)
+    return Diagnosis(
+        device="cpu", timeline="cpu_main_thread", window_start_ns=run.start_ns, window_end_ns=run.end_ns,
+        device_busy_us=window_us - idle, device_idle_us=idle, device_busy_pct=busy,
+        idle_us_by_class={"host_wait": idle}, gaps=Gaps(threshold_us=50.0, count=0, total_us=0.0, us_by_class={}, count_by_class={}),
+        steps=steps, bound_by=BOUND_BY[i % len(BOUND_BY)], evidence={"test": True},
+    )
+
+
+class Workload:
+    """What ran, as the tests need to know it to check Prometheus' answers."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list] = {}
+        self.diagnoses: list[Diagnosis] = []
+        self.lock = threading.Lock()
+        self.t0 = 0.0
+        self.t_end = 0.0
+        self.stats: dict[str, int] = {}
+        self.spans: list = []
+
+    def sink_first(self, run) -> None:  # runs before the OpenTelemetry sink, as the analysis will
+        if run.name == "diagnosed":
+            with self.lock:
+                run._diagnosis = d = _diagnosis(run, len(self.diagnoses))
+                self.diagnoses.append(d)
+
+    def sink_last(self, run) -> None:
+        with self.lock:
+            self.runs.setdefault(run.name, []).append(run)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    prometheus_or_skip()
+    work = Workload()
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    ops = custom_ops()
+    x, w = torch.randn(16, 256), torch.randn(256)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEURONSCOPE_OUTPUT_DIR", str(tmp_path_factory.mktemp("runs")))
+        mp.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+        ns.flush(30)
+        _stats.reset()
+        ns.configure(**DEFAULTS)
+        ns.configure(tracer_provider=tracer_provider, prometheus_port=0, metrics_top_ops=TOP_OPS)
+        endpoint = otel.prometheus_endpoint()
+        processing._sinks.insert(0, work.sink_first)
+        processing.add_sink(work.sink_last)
+        prom = PrometheusServer([f"127.0.0.1:{endpoint.port}"], tmp_path_factory.mktemp("prometheus"))
+        try:
+            prom.start()
+            prom.wait_for(lambda: prom.targets_up(), 30, "the neuronscope endpoint to be up")
+            work.t0 = time.time()
+
+            @ns.profile_neuron(name="serve", every=2)
+            def serve(a):
+                with ns.region("decode"):
+                    y = rmsnorm_naive(a, w)
+                return torch.relu(y @ w.new_ones(256, 64)).sum()
+
+            for r in range(ROUNDS):
+                for _ in range(4):
+                    serve(x)  # 2 profiled, 2 unsampled
+                _contended_call()  # 1 skipped
+                for _ in range(2):
+                    with ns.profile_neuron(name="diagnosed"):
+                        with ns.region("step"):
+                            rmsnorm_naive(x, w)
+                if r % 2 == 0:
+                    with ns.profile_neuron(name="many_ops"):
+                        for op in ops[r:] + ops[:r]:  # each run in its own order: different ops weigh most
+                            op(x)
+                assert ns.flush(60)
+                prom.wait_for_scrapes(2)
+            work.t_end = time.time()
+            work.stats = ns.stats()
+            work.spans = list(spans.get_finished_spans())
+            yield prom, work
+        finally:
+            processing.remove_sink(work.sink_first)
+            processing.remove_sink(work.sink_last)
+            prom.stop()
+            ns.flush(30)
+            ns.configure(**DEFAULTS)
+
+
+def _contended_call() -> None:
+    """A profiled call while another thread holds a capture: it runs, unprofiled ("skipped")."""
+    holding, done = threading.Event(), threading.Event()
+
+    def hold():
+        with ns.profile_neuron(name="holder"):
+            holding.set()
+            done.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    holding.wait(30)
+    with ns.profile_neuron(name="contended") as run:
+        torch.ones(4).sum()
+    done.set()
+    t.join(30)
+    assert run.status == "skipped"
+
+
+def _at_end(prom: PrometheusServer, work: Workload, expr: str) -> list[dict]:
+    return prom.query(expr, at=work.t_end)
+
+
+def _value(sample: dict) -> float:
+    return float(sample["value"][1])
+
+
+def test_per_op_device_time_series_match_the_summaries(live):
+    prom, work = live
+    runs = [r for r in work.runs["serve"] if r.status == "complete"]
+    assert len(runs) == ROUNDS * 2
+    sums = {s["metric"]["neuronscope_op_name"]: _value(s) for s in _at_end(prom, work, 'neuronscope_op_device_time_seconds_sum{neuronscope_profile_name="serve"}')}
+    counts = {s["metric"]["neuronscope_op_name"]: _value(s) for s in _at_end(prom, work, 'neuronscope_op_device_time_seconds_count{neuronscope_profile_name="serve"}')}
+    assert OTHER in sums, "the serve workload has more ops than metrics_top_ops: some must be folded into 'other'"
+    admitted = set(sums) - {OTHER}
+    assert len(admitted) == TOP_OPS
+    errors = {}
+    for name in admitted:
+        expected = sum(r.summary[name].self_device_time_us for r in runs if name in r.summary) / 1e6
+        assert counts[name] == sum(1 for r in runs if name in r.summary)
+        errors[name] = abs(sums[name] - expected) / expected
+    total = sum(r.summary.total_device_time_us for r in runs) / 1e6
+    other_expected = total - sum(sum(r.summary[n].self_device_time_us for n in admitted if n in r.summary) for r in runs) / 1e6
+    errors[OTHER] = abs(sums[OTHER] - other_expected) / other_expected
+    # The heaviest ops of the first run got their own series.
+    assert {row.name for row in runs[0].summary.top(TOP_OPS)} <= admitted
+    worst = max(errors.values())
+    print(f"\nper-op device time, Prometheus vs summaries: {len(errors)} series, max relative error {worst:.3g}")
+    assert worst < 0.01, errors
+
+
+def test_hundreds_of_op_names_make_at_most_top_n_plus_one_series(live):
+    prom, work = live
+    runs = work.runs["many_ops"]
+    assert len(runs) == 2 and all(len(r.summary) > 300 for r in runs)
+    for metric in ("neuronscope_op_device_time_seconds_count", "neuronscope_op_device_time_seconds_sum", "neuronscope_op_device_time_seconds_bucket"):
+        names = {s["metric"]["neuronscope_op_name"] for s in _at_end(prom, work, f'{metric}{{neuronscope_profile_name="many_ops"}}')}
+        assert len(names) == TOP_OPS + 1 and OTHER in names, (metric, names)
+    total = sum(r.summary.total_device_time_us for r in runs) / 1e6
+    got = _value(_at_end(prom, work, 'sum(neuronscope_op_device_time_seconds_sum{neuronscope_profile_name="many_ops"})')[0])
+    assert got == pytest.approx(total, rel=1e-6)  # folding into "other" keeps every microsecond
+
+
+def test_outcome_counters_match_ns_stats(live):
+    prom, work = live
+    got = {s["metric"]["neuronscope_outcome"]: _value(s) for s in _at_end(prom, work, f'neuronscope_profile_calls_total{{job="{JOB}"}}')}
+    assert work.stats["unsampled"] == ROUNDS * 2
+    assert work.stats["skipped"] == ROUNDS
+    for outcome in ("profiled", "unsampled", "skipped", "errors", "telemetry_dropped"):
+        assert got[outcome] == work.stats[outcome], outcome
+    assert got["profiled"] >= ROUNDS * (2 + 1 + 2)  # serve, holder, diagnosed (+ many_ops)
+
+
+def test_profile_duration_histogram(live):
+    prom, work = live
+    runs = work.runs["diagnosed"]
+    count = _value(_at_end(prom, work, 'neuronscope_profile_duration_seconds_count{neuronscope_profile_name="diagnosed"}')[0])
+    total = _value(_at_end(prom, work, 'neuronscope_profile_duration_seconds_sum{neuronscope_profile_name="diagnosed"}')[0])
+    assert count == len(runs) == ROUNDS * 2
+    assert total == pytest.approx(sum(r.end_ns - r.start_ns for r in runs) / 1e9, rel=1e-9)
+
+
+def test_diagnosis_metrics(live):
+    prom, work = live
+    diagnoses = work.diagnoses
+    assert len(diagnoses) == ROUNDS * 2
+    sel = '{neuronscope_profile_name="diagnosed"}'
+    mean = _value(_at_end(prom, work, f"neuronscope_device_utilization_sum{sel} / neuronscope_device_utilization_count{sel}")[0])
+    assert mean == pytest.approx(sum(d.device_busy_pct for d in diagnoses) / 100 / len(diagnoses), rel=1e-9)
+    bound = {s["metric"]["neuronscope_bound_by"]: _value(s) for s in _at_end(prom, work, f"neuronscope_diagnosis_runs_total{sel}")}
+    expected: dict[str, int] = {}
+    for d in diagnoses:
+        expected[d.bound_by] = expected.get(d.bound_by, 0) + 1
+    assert bound == expected
+    steps = sorted(s.duration_us / 1e6 for d in diagnoses for s in d.steps.per_step)
+    count = _value(_at_end(prom, work, f"neuronscope_step_duration_seconds_count{sel}")[0])
+    assert count == len(steps)
+    # histogram_quantile interpolates inside the bucket that holds the true quantile
+    buckets = sorted(float(s["metric"]["le"]) for s in _at_end(prom, work, f"neuronscope_step_duration_seconds_bucket{sel}"))
+    for q in (0.5, 0.99):
+        got = _value(_at_end(prom, work, f"histogram_quantile({q}, sum by (le) (neuronscope_step_duration_seconds_bucket{sel}))")[0])
+        true = steps[min(math.ceil(q * len(steps)) - 1, len(steps) - 1)]
+        upper = next(b for b in buckets if b >= true)
+        lower = max([b for b in buckets if b < true], default=0.0)
+        assert lower <= got <= upper, (q, got, true, lower, upper)
+
+
+def test_runs_without_a_diagnosis_record_no_diagnosis_metrics(live):
+    prom, work = live
+    for metric in ("neuronscope_device_utilization_count", "neuronscope_diagnosis_runs_total", "neuronscope_step_duration_seconds_count"):
+        names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, metric)}
+        assert names == {"diagnosed"}, metric
+
+
+def test_exemplars_carry_the_trace_ids_of_the_runs(live):
+    prom, work = live
+    roots = {format(s.context.trace_id, "032x"): s for s in work.spans if s.parent is None}
+    for profile, metric in (("serve", "neuronscope_op_device_time_seconds_bucket"), ("diagnosed", "neuronscope_step_duration_seconds_bucket"),
+                            ("serve", "neuronscope_profile_duration_seconds_bucket")):
+        result = prom.query_exemplars(f'{metric}{{neuronscope_profile_name="{profile}"}}', work.t0 - 60, work.t_end + 1)
+        exemplars = [e for series in result for e in series["exemplars"]]
+        assert exemplars, f"no exemplars stored for {metric}"
+        run_traces = {r.manifest["otel"]["trace_id"]: r.manifest["otel"]["span_id"] for r in work.runs[profile] if "otel" in r.manifest}
+        for e in exemplars:
+            trace_id, span_id = e["labels"]["trace_id"], e["labels"]["span_id"]
+            assert run_traces.get(trace_id) == span_id, "an exemplar must point at a run's root span"
+            root = roots[trace_id]  # ... and that trace was really exported
+            assert root.name == profile
+            assert root.start_time / 1e9 <= e["timestamp"] <= root.end_time / 1e9 + 60
+    # Re-serving a bucket's latest exemplar on every scrape is accepted as a duplicate, never an error.
+    import urllib.request
+
+    own = urllib.request.urlopen(prom.url + "/metrics", timeout=10).read().decode()
+    counters = dict(line.rsplit(" ", 1) for line in own.splitlines() if line.startswith("prometheus_target_scrapes_exemplar_out_of_order_total"))
+    assert counters and all(float(v) == 0 for v in counters.values()), counters
+
+
+# -- the Grafana dashboard, against the same Prometheus ---------------------------------------
+
+def _substitute(expr: str, range_s: int) -> str:
+    """Grafana's variable interpolation, for the values a user picking "All" would get."""
+    rate_interval = f"{int(max(4 * SCRAPE_INTERVAL_S, 1 + SCRAPE_INTERVAL_S))}s"
+    values = {"job": JOB, "device": ".*", "profile": ".*", "__range": f"{range_s}s", "__rate_interval": rate_interval, "__interval": "1s"}
+    out = re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", lambda m: values[m.group(1) or m.group(2)], expr)
+    assert "$" not in out, out
+    return out
+
+
+def _panels(dashboard: dict) -> list[dict]:
+    return [p for p in dashboard["panels"] if p["type"] != "row"]
+
+
+def test_every_dashboard_panel_returns_data(live):
+    prom, work = live
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    range_s = int(work.t_end - work.t0) + 1
+    report, empty = [], []
+    for panel in _panels(dashboard):
+        for target in panel["targets"]:
+            expr = _substitute(target["expr"], range_s)
+            if target.get("instant"):
+                result = prom.query(expr, at=work.t_end)
+                values = [float(s["value"][1]) for s in result]
+            else:
+                result = prom.query_range(expr, work.t0, work.t_end, 1.0)
+                values = [float(v) for s in result for _, v in s["values"]]
+            finite = [v for v in values if math.isfinite(v)]
+            ok = bool(finite) and any(v != 0 for v in finite) or panel["title"].startswith("neuronscope errors") and bool(finite)
+            report.append(f"{'ok   ' if ok else 'EMPTY'} {panel['title']} [{target['refId']}]: {len(result)} series")
+            if not ok:
+                empty.append((panel["title"], expr, values[:5]))
+    print("\n" + "\n".join(report))
+    assert not empty, empty
+
+
+def test_dashboard_variables_resolve(live):
+    prom, work = live
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    for var in dashboard["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]["query"])
+        assert m, var["query"]
+        match = _substitute(m.group(1), 60)
+        values = prom.api(f"label/{m.group(2)}/values", **{"match[]": [match], "start": f"{work.t0:.3f}", "end": f"{work.t_end:.3f}"})
+        assert values, (var["name"], match)
+        if var["name"] == "profile":
+            assert {"serve", "diagnosed", "many_ops"} <= set(values)
+
+
+def test_dashboard_queries_use_the_exporters_real_names(live):
+    prom, work = live
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in _panels(dashboard) for t in p["targets"]] + [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    # a metric name is followed by its selector; label names are not
+    used = {re.sub(r"_(bucket|sum|count)$", "", n) for e in exprs for n in re.findall(r"\b(neuronscope_[a-z_]+)\{", e)}
+    assert used == set(PROMETHEUS_NAMES.values())
+    # ... and each is a series Prometheus scraped from the exporter under exactly that name
+    for name in used:
+        suffix = "_count" if name.endswith("_seconds") or name == "neuronscope_device_utilization" else ""
+        assert _at_end(prom, work, f'{name}{suffix}{{job="{JOB}"}}'), name
