@@ -62,9 +62,14 @@ def test_names_units_and_attributes(reader, xw):
     got = reader.metrics()
     assert {m.OP_DEVICE_TIME, m.PROFILE_DURATION, m.PROFILE_CALLS} <= set(got)
     assert got[m.OP_DEVICE_TIME].unit == "s" and got[m.PROFILE_DURATION].unit == "s" and got[m.PROFILE_CALLS].unit == "{call}"
-    # No diagnosis on the run: the per-run diagnosis metrics are not recorded at all.
-    assert getattr(run, "_diagnosis", None) is None
-    assert not {m.DEVICE_UTILIZATION, m.DIAGNOSIS_RUNS, m.STEP_DURATION} & set(got)
+    # Every run is diagnosed: its device utilization and verdict are recorded (no steps here, so no step times).
+    d = run.diagnosis
+    assert d is not None and d.steps is None
+    (util,) = _points(got[m.DEVICE_UTILIZATION], "m")
+    assert util.sum == pytest.approx(d.device_busy_pct / 100) and util.count == 1
+    (verdict,) = _points(got[m.DIAGNOSIS_RUNS], "m")
+    assert verdict.attributes["neuronscope.bound_by"] == d.bound_by and verdict.value == 1
+    assert m.STEP_DURATION not in got
     mul = next(p for p in got[m.OP_DEVICE_TIME].data.data_points if p.attributes["neuronscope.op.name"] == "aten::mul")
     assert dict(mul.attributes) == {"neuronscope.device": "cpu", "neuronscope.profile.name": "m", "neuronscope.op.name": "aten::mul"}
     assert mul.sum == pytest.approx(run.summary["aten::mul"].self_device_time_us / 1e6)
@@ -280,10 +285,11 @@ import json, sys, urllib.request
 import torch
 import neuronscope as ns
 from neuronscope.sinks import otel
+profile = ns.profile_neuron(name="from-env")  # first use of neuronscope: the endpoint starts
 ep = otel.prometheus_endpoint()
 if ep is None:
     print(json.dumps({"endpoint": None})); sys.exit(0)
-with ns.profile_neuron(name="from-env"):
+with profile:
     torch.relu(torch.ones(8))
 ns.flush(30)
 body = urllib.request.urlopen(ep.url, timeout=10).read().decode()

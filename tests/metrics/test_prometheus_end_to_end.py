@@ -6,9 +6,9 @@ One workload runs for the whole module (rounds of calls with a scrape in between
 increases have something to see); every test then queries Prometheus at the instant the
 workload ended (``T_END``), which later tests' counter resets cannot change.
 
-The per-run diagnosis metrics (device utilization, bound-by, step time) are fed from
-``run._diagnosis``; on this branch the analysis does not set it yet, so a sink placed before the
-OpenTelemetry one attaches a real :class:`Diagnosis` built here to the ``diagnosed`` runs.
+The per-run diagnosis metrics (device utilization, bound-by, step time) come from each run's
+real diagnosis (``run.diagnosis``, computed before the sinks run); the ``diagnosed`` runs have
+three steps each (a repeated top-level region).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from workloads import rmsnorm_naive
 import neuronscope as ns
 from metrics.conftest import DEFAULTS, custom_ops, prometheus_or_skip
 from neuronscope import _stats
-from neuronscope.analysis.diagnosis.model import BOUND_BY, Diagnosis, Gaps, Step, Steps
+from neuronscope.analysis.diagnosis.model import Diagnosis
 from neuronscope.capture import processing
 from neuronscope.sinks import otel
 from neuronscope.sinks.otel.metrics import OTHER, PROMETHEUS_NAMES
@@ -46,27 +46,6 @@ STEP_US = (1_800.0, 2_600.0, 4_100.0, 7_500.0, 12_000.0, 45_000.0)
 BUSY_PCT = (91.0, 64.5, 37.25, 12.0, 83.0)
 
 
-def _diagnosis(run, i: int) -> Diagnosis:
-    busy = BUSY_PCT[i % len(BUSY_PCT)]
-    window_us = max((run.end_ns - run.start_ns) / 1e3, 1.0)
-    per_step = tuple(
-        Step(index=k, start_ns=run.start_ns + k * 1000, duration_us=STEP_US[(i + k) % len(STEP_US)], device_busy_pct=busy, bound_by="host")
-        for k in range(3)
-    )
-    durations = sorted(s.duration_us for s in per_step)
-    steps = Steps(
-        source="region", name="step", count=3, p50_us=durations[1], p90_us=durations[2], p99_us=durations[2],
-        max_us=durations[2], slowest_index=max(per_step, key=lambda s: s.duration_us).index, per_step=per_step,
-    )
-    idle = window_us * (1 - busy / 100)
-    return Diagnosis(
-        device="cpu", timeline="cpu_main_thread", window_start_ns=run.start_ns, window_end_ns=run.end_ns,
-        device_busy_us=window_us - idle, device_idle_us=idle, device_busy_pct=busy,
-        idle_us_by_class={"host_wait": idle}, gaps=Gaps(threshold_us=50.0, count=0, total_us=0.0, us_by_class={}, count_by_class={}),
-        steps=steps, bound_by=BOUND_BY[i % len(BOUND_BY)], evidence={"test": True},
-    )
-
-
 class Workload:
     """What ran, as the tests need to know it to check Prometheus' answers."""
 
@@ -79,11 +58,11 @@ class Workload:
         self.stats: dict[str, int] = {}
         self.spans: list = []
 
-    def sink_first(self, run) -> None:  # runs before the OpenTelemetry sink, as the analysis will
+    def sink_first(self, run) -> None:  # runs before the OpenTelemetry sink: what it will record
+        assert run._diagnosis is not None, run
         if run.name == "diagnosed":
             with self.lock:
-                run._diagnosis = d = _diagnosis(run, len(self.diagnoses))
-                self.diagnoses.append(d)
+                self.diagnoses.append(run._diagnosis)
 
     def sink_last(self, run) -> None:
         with self.lock:
@@ -127,8 +106,9 @@ def live(tmp_path_factory):
                 _contended_call()  # 1 skipped
                 for _ in range(2):
                     with ns.profile_neuron(name="diagnosed"):
-                        with ns.region("step"):
-                            rmsnorm_naive(x, w)
+                        for _ in range(3):
+                            with ns.region("step"):
+                                rmsnorm_naive(x, w)
                 if r % 2 == 0:
                     with ns.profile_neuron(name="many_ops"):
                         for op in ops[r:] + ops[:r]:  # each run in its own order: different ops weigh most
@@ -254,11 +234,16 @@ def test_diagnosis_metrics(live):
         assert lower <= got <= upper, (q, got, true, lower, upper)
 
 
-def test_runs_without_a_diagnosis_record_no_diagnosis_metrics(live):
+def test_every_profiled_run_records_its_diagnosis_and_runs_with_steps_their_step_times(live):
     prom, work = live
-    for metric in ("neuronscope_device_utilization_count", "neuronscope_diagnosis_runs_total", "neuronscope_step_duration_seconds_count"):
+    profiled = set(work.runs)
+    for metric in ("neuronscope_device_utilization_count", "neuronscope_diagnosis_runs_total"):
         names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, metric)}
-        assert names == {"diagnosed"}, metric
+        assert names == profiled, metric
+    with_steps = {name for name, runs in work.runs.items() if any(r.diagnosis.steps for r in runs)}
+    assert with_steps == {"diagnosed"}
+    names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, "neuronscope_step_duration_seconds_count")}
+    assert names == with_steps
 
 
 def test_exemplars_carry_the_trace_ids_of_the_runs(live):
