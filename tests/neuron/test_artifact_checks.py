@@ -101,8 +101,11 @@ def test_emulator_only_files_are_not_read(tmp_path):
     "text, expected",
     [
         # get-started.rst, troubleshooting row 6 (verbatim)
-        ("WARN[0000] Warning: 1001 trace events were dropped during capture (stored 530560 out of 531561 total events). "
-         "Consider increasing buffer size, reducing trace duration, or filtering events.", (1001, 530560, 531561)),
+        (
+            "WARN[0000] Warning: 1001 trace events were dropped during capture (stored 530560 out of 531561 total events). "
+            "Consider increasing buffer size, reducing trace duration, or filtering events.",
+            (1001, 530560, 531561),
+        ),
         # troubleshooting.rst symptom, short form
         ("Warning: 12 trace events were dropped", (12, None, None)),
         ("warning: 1,234 trace events were dropped during capture (stored 5 out of 1,239 total events)", (1234, 5, 1239)),

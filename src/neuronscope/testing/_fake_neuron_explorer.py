@@ -191,14 +191,14 @@ def _framework_events(root: Path, first_id: int) -> list[dict[str, Any]]:
         for ev in doc.get("traceEvents", []):
             if ev.get("ph") == "X" and ev.get("cat") == "cpu_op":
                 events.append({
-                    "duration": int(round(float(ev.get("dur", 0)) * 1000)),
+                    "duration": round(float(ev.get("dur", 0)) * 1000),
                     "group": f"framework-{ev.get('tid', 0)}",
                     "id": first_id + len(events),
                     "instance_id": instance,
                     "name": ev.get("name", ""),
                     "process_id": pid,
                     "thread_id": int(ev.get("tid", 0)) if str(ev.get("tid", "0")).isdigit() else 0,
-                    "timestamp": int(round(float(ev["ts"]) * 1000)) + base,
+                    "timestamp": round(float(ev["ts"]) * 1000) + base,
                     "type": FRAMEWORK_TYPE,
                 })
     return events

@@ -11,6 +11,7 @@ NEFF/NTFF/runtime files, a ``torch_neuronx.profiling.NeuronConfig`` passed as
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import logging
@@ -255,10 +256,8 @@ class StderrTee:
 
 
 def _flush_stderr() -> None:
-    try:
+    with contextlib.suppress(Exception):  # a closed or replaced sys.stderr
         sys.stderr.flush()
-    except Exception:  # noqa: BLE001 - a closed or replaced sys.stderr
-        pass
 
 
 class NeuronBackend(DeviceBackend):

@@ -63,11 +63,11 @@ class DroppedEvents:
 
     def problem(self, fix: str | None = None) -> str:
         kept = f" (stored {self.stored:,} of {self.total:,})" if self.stored is not None and self.total is not None else ""
-        return (
-            f"{self.dropped:,} trace events were dropped during capture{kept}: the per-NeuronCore trace buffer was full; "
-            + (fix or "raise NeuronOptions(max_events_per_nc=...) (runtime default 1,000,000), capture fewer cores "
-               "with capture_enabled_for_nc, or profile a shorter region")
+        fix = fix or (
+            "raise NeuronOptions(max_events_per_nc=...) (runtime default 1,000,000), capture fewer cores "
+            "with capture_enabled_for_nc, or profile a shorter region"
         )
+        return f"{self.dropped:,} trace events were dropped during capture{kept}: the per-NeuronCore trace buffer was full; {fix}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"dropped": self.dropped, "stored": self.stored, "total": self.total, "line": self.line[:300]}
@@ -77,8 +77,8 @@ def parse_dropped_events(text: str) -> DroppedEvents | None:
     """The largest drop reported in ``text`` (console output of the runtime or Neuron Explorer)."""
     best: DroppedEvents | None = None
     for m in _DROPPED.finditer(text):
-        num = lambda g: int(m[g].replace(",", "")) if m[g] else None  # noqa: E731
-        found = DroppedEvents(num("dropped") or 0, num("stored"), num("total"), _line_at(text, m.start()))
+        dropped, stored, total = (int(m[g].replace(",", "")) if m[g] else None for g in ("dropped", "stored", "total"))
+        found = DroppedEvents(dropped or 0, stored, total, _line_at(text, m.start()))
         if best is None or found.dropped > best.dropped:
             best = found
     return best

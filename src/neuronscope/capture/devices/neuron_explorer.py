@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,7 +95,7 @@ def _num(value: Any) -> float | None:
         f = float(value)
     except (TypeError, ValueError):
         return None
-    return f if f == f else None  # NaN -> None
+    return None if math.isnan(f) else f
 
 
 def _first(fields: Mapping[str, Any], *names: str) -> tuple[float | None, str | None]:
@@ -486,7 +487,7 @@ def _run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
     """(exit status or None on timeout/failure to start, combined output tail)."""
     try:
         proc = subprocess.run(
-            cmd, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=timeout_s
+            cmd, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
         )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or "") + (exc.stderr or "")
