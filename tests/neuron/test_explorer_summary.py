@@ -266,6 +266,21 @@ def test_explorer_absent_or_profile_too_big(tmp_path, monkeypatch):
     _on_path(monkeypatch, install_fake_neuron_explorer(tmp_path / "bin").parent)
     big = collect_explorer(run, find_artifacts(run / "neuron"), max_ntff_bytes=10)
     assert big.status == "skipped" and any("explorer_max_ntff_bytes" in n for n in big.notes)
-    assert not (run / "explorer").exists()
+    # the device summary is skipped; the system profile (no NTFF processing) is still made
+    assert not (run / "explorer" / "summary.json").exists() and big.system_profile == str(run / "explorer" / "system_profile.json")
+    assert len(big.commands) == 1 and "--ignore-device-profile" in big.commands[0]
     forced = collect_explorer(run, find_artifacts(run / "neuron"), mode="on", max_ntff_bytes=10)
-    assert forced.status == "ok"
+    assert forced.status == "ok" and len(forced.commands) == 1  # the system profile was already there
+
+
+def test_a_runtime_only_capture_still_gets_its_system_profile(tmp_path, monkeypatch):
+    from neuronscope.testing import install_fake_neuron_explorer
+
+    _on_path(monkeypatch, install_fake_neuron_explorer(tmp_path / "bin").parent)
+    run = _profile_dir(tmp_path / "run")
+    for ntff in (run / "neuron").rglob("*.ntff"):
+        ntff.unlink()
+    for neff in (run / "neuron").rglob("*.neff"):
+        neff.unlink()
+    result = collect_explorer(run, find_artifacts(run / "neuron", device_mode=False))
+    assert result.profiles == [] and result.system_profile is not None and result.errors == []

@@ -84,7 +84,7 @@ def test_a_child_holding_fd2_does_not_block_stop(tmp_path):
         print(json.dumps({"waited": waited}))
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["waited"] < 2.5
+    assert json.loads(proc.stdout)["waited"] < 0.4  # the pipe was drained: no waiting for the child
     assert "child late" in proc.stderr and "parent after" in proc.stderr  # the child's output still arrives
 
 

@@ -185,6 +185,7 @@ class StderrTee:
     def __init__(self, log: Path) -> None:
         self.log = log
         self._saved: int | None = None
+        self._probe: int | None = None  # our copy of the pipe's read end: how much is unread
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -212,7 +213,7 @@ class StderrTee:
                     start_new_session=True,
                 )
                 os.dup2(write_end, 2)
-                self._saved = saved
+                self._saved, self._probe, read_end = saved, read_end, None
                 return True
             except OSError as exc:
                 log.debug("neuronscope: stderr tee not started: %s", exc)
@@ -230,8 +231,8 @@ class StderrTee:
     def stop(self, timeout_s: float = 2.0) -> str:
         """Give fd 2 back, wait for the tee to forward everything, return the captured text."""
         with self._lock:
-            saved, proc = self._saved, self._proc
-            self._saved = self._proc = None
+            saved, probe, proc = self._saved, self._probe, self._proc
+            self._saved = self._probe = self._proc = None
             if saved is None:
                 return ""
             try:
@@ -239,11 +240,12 @@ class StderrTee:
                 os.dup2(saved, 2)  # drops this process's write end: the tee sees EOF ...
             finally:
                 os.close(saved)
-            if proc is not None:
-                try:
-                    proc.wait(timeout_s)  # ... unless a child started meanwhile still holds it
-                except subprocess.TimeoutExpired:
-                    log.debug("neuronscope: stderr tee still held open by a child process; not waiting")
+            try:
+                if proc is not None:
+                    _wait_drained(proc, probe, timeout_s)
+            finally:
+                if probe is not None:
+                    os.close(probe)
         try:
             with open(self.log, "rb") as fh:
                 size = fh.seek(0, os.SEEK_END)
@@ -253,6 +255,33 @@ class StderrTee:
         except OSError:
             return ""
         return text
+
+
+def _wait_drained(proc: subprocess.Popen[bytes], probe: int | None, timeout_s: float) -> None:
+    """Until the tee exits (EOF) -- or, when a child forked during the capture (a DataLoader
+    worker) still holds the pipe, until the pipe is empty: then the tee has everything."""
+    import array
+    import fcntl
+    import termios
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    empty_polls = 0
+    while time.monotonic() < deadline:
+        try:
+            proc.wait(0.003)  # the usual case: EOF, and the tee exits within a millisecond
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        unread = array.array("i", [0])
+        try:
+            fcntl.ioctl(probe, termios.FIONREAD, unread, True)  # type: ignore[arg-type]
+            empty_polls = empty_polls + 1 if unread[0] == 0 else 0
+        except (OSError, TypeError):
+            empty_polls = 0  # cannot tell: wait for the exit
+        if empty_polls >= 3:
+            log.debug("neuronscope: stderr tee still held open by a child process; pipe drained, not waiting")
+            return
 
 
 def _flush_stderr() -> None:
@@ -380,7 +409,7 @@ class NeuronBackend(DeviceBackend):
             )
         if self._neff_cache is not None:
             info["neff_cache_dir"], info["neff_cache_dir_source"] = self._neff_cache
-        dropped = self._dropped
+        dropped, self._dropped = self._dropped, None  # with schedule=: reported with the first window only
         system_profile = opts.system_profile
         if raw_dir is not None:
             # Absolute paths: the printed Neuron Explorer commands must work from anywhere.

@@ -523,9 +523,10 @@ def collect_explorer(
 
 
 def _collect(result: ExplorerResult, run_dir: Path, artifacts: NeuronArtifacts, mode: str, timeout_s: float, max_bytes: int) -> None:
-    raw_dir = artifacts.root
-    summaries, system = _discover(run_dir, raw_dir)
-    if not summaries and mode != "off" and artifacts.ntff_files:
+    summaries, system = _discover(run_dir, artifacts.root)
+    need_summary = not summaries and bool(artifacts.ntff_files)  # device metrics need NTFFs
+    need_system = system is None and artifacts.has_system_profile  # lanes need ntrace.pb + trace_info.pb
+    if mode != "off" and (need_summary or need_system):
         exe = find_explorer()
         size = _ntff_bytes(artifacts)
         if exe is None:
@@ -535,15 +536,24 @@ def _collect(result: ExplorerResult, run_dir: Path, artifacts: NeuronArtifacts, 
                 "Neuron Explorer: install aws-neuronx-tools (neuron-explorer), or put its summary-json and "
                 "system_profile.json output in <run>/explorer/"
             )
-        elif mode == "auto" and size > max_bytes:
-            result.status = "skipped"
-            result.notes.append(
-                f"Neuron Explorer not run: the NTFFs total {size / 1024**2:,.0f} MiB (> {max_bytes / 1024**2:,.0f} MiB, "
-                "NeuronOptions(explorer_max_ntff_bytes=...)); run the summary-json command below by hand"
-            )
         else:
             result.executable = exe
-            summaries, system = _produce(result, exe, run_dir, artifacts, timeout_s, system)
+            out_dir = run_dir / _OUT_DIR
+            outputs: list[str] = []
+            if need_summary and mode == "auto" and size > max_bytes:
+                result.status = "skipped"
+                result.notes.append(
+                    f"Neuron Explorer's summary not made: the NTFFs total {size / 1024**2:,.0f} MiB (> "
+                    f"{max_bytes / 1024**2:,.0f} MiB, NeuronOptions(explorer_max_ntff_bytes=...)); run the summary-json "
+                    "command below by hand"
+                )
+            elif need_summary:
+                out_dir.mkdir(exist_ok=True)
+                summaries = _summaries(result, exe, out_dir, artifacts, timeout_s, outputs)
+            if need_system:
+                out_dir.mkdir(exist_ok=True)
+                system = _system_json(result, exe, out_dir, artifacts, timeout_s, outputs)
+            result.dropped = parse_dropped_events("\n".join(outputs))
     for path in summaries:
         try:
             profiles = read_summary_file(path)
@@ -556,45 +566,43 @@ def _collect(result: ExplorerResult, run_dir: Path, artifacts: NeuronArtifacts, 
     if result.profiles:
         result.status = "ok"
         result.findings = findings_for_profiles(result.profiles)
-    elif result.status == "none" and summaries:
+    elif result.status == "none" and (summaries or result.errors):
         result.status = "failed"
     if system is not None:
         result.system_profile = str(system)
 
 
-def _produce(
-    result: ExplorerResult, exe: str, run_dir: Path, artifacts: NeuronArtifacts, timeout_s: float, system: Path | None
-) -> tuple[list[Path], Path | None]:
-    out_dir = run_dir / _OUT_DIR
-    out_dir.mkdir(exist_ok=True)
-    root = str(artifacts.profile_root)
-    summary = out_dir / "summary.json"
-    outputs: list[str] = []
+def _summaries(
+    result: ExplorerResult, exe: str, out_dir: Path, artifacts: NeuronArtifacts, timeout_s: float, outputs: list[str]
+) -> list[Path]:
     if artifacts.has_system_profile:
-        cmd = [exe, "view", "-d", root, "--output-format", "summary-json", "--output-file", str(summary)]
-        summaries = _view(result, cmd, out_dir, timeout_s, summary, outputs)
-        if system is None:
-            sys_file = out_dir / "system_profile.json"
-            cmd = [exe, "view", "-d", root, "--output-format", "json", "--ignore-device-profile", "--output-file", str(sys_file)]
-            rc, text = _run(cmd, out_dir, timeout_s)
-            result.commands.append(" ".join(cmd))
-            outputs.append(text)
-            found = next((p for p in (sys_file, *sorted(out_dir.rglob("system_profile.json"))) if p.is_file()), None)
-            if rc != 0 or found is None:
-                result.errors.append(f"neuron-explorer (system profile JSON) exited {rc}: {text.strip()[-400:]}")
-            system = found
-    else:
-        # Device-only capture (no ntrace.pb/trace_info.pb): Explorer reads NEFF/NTFF pairs (-n/-s).
-        summaries = []
-        pairs = [(g.neff, g.ntff[0]) for g in artifacts.groups if g.neff and g.ntff and (_size(g.ntff[0]) or 0) > 0]
-        for i, (neff, ntff) in enumerate(pairs[:8]):
-            target = out_dir / f"summary_{i}.json"
-            cmd = [exe, "view", "-n", neff, "-s", ntff, "--output-format", "summary-json", "--output-file", str(target)]
-            summaries += _view(result, cmd, out_dir, timeout_s, target, outputs)
-        if len(pairs) > 8:
-            result.notes.append(f"Neuron Explorer summarised 8 of {len(pairs)} NEFF/NTFF pairs")
-    result.dropped = parse_dropped_events("\n".join(outputs))
-    return summaries, system
+        target = out_dir / "summary.json"
+        cmd = [exe, "view", "-d", str(artifacts.profile_root), "--output-format", "summary-json", "--output-file", str(target)]
+        return _view(result, cmd, out_dir, timeout_s, target, outputs)
+    # Device-only capture (no ntrace.pb/trace_info.pb): Explorer reads NEFF/NTFF pairs (-n/-s).
+    found: list[Path] = []
+    pairs = [(g.neff, g.ntff[0]) for g in artifacts.groups if g.neff and g.ntff and (_size(g.ntff[0]) or 0) > 0]
+    for i, (neff, ntff) in enumerate(pairs[:8]):
+        target = out_dir / f"summary_{i}.json"
+        cmd = [exe, "view", "-n", neff, "-s", ntff, "--output-format", "summary-json", "--output-file", str(target)]
+        found += _view(result, cmd, out_dir, timeout_s, target, outputs)
+    if len(pairs) > 8:
+        result.notes.append(f"Neuron Explorer summarised 8 of {len(pairs)} NEFF/NTFF pairs")
+    return found
+
+
+def _system_json(
+    result: ExplorerResult, exe: str, out_dir: Path, artifacts: NeuronArtifacts, timeout_s: float, outputs: list[str]
+) -> Path | None:
+    target = out_dir / "system_profile.json"
+    cmd = [exe, "view", "-d", str(artifacts.profile_root), "--output-format", "json", "--ignore-device-profile", "--output-file", str(target)]
+    rc, text = _run(cmd, out_dir, timeout_s)
+    result.commands.append(" ".join(cmd))
+    outputs.append(text)
+    found = next((p for p in (target, *sorted(out_dir.rglob("system_profile.json"))) if p.is_file()), None)
+    if rc != 0 or found is None:
+        result.errors.append(f"neuron-explorer (system profile JSON) exited {rc}: {text.strip()[-400:]}")
+    return found
 
 
 def _view(result: ExplorerResult, cmd: list[str], out_dir: Path, timeout_s: float, target: Path, outputs: list[str]) -> list[Path]:
