@@ -14,8 +14,14 @@ from neuronscope.cli import cli
 SCRIPT = """
 import os, sys, torch
 print("inspect=" + os.environ.get("NEURON_RT_INSPECT_ENABLE", "-"), "dir=" + os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "-"))
+print(" ".join(f"{k}={os.environ.get(k, '-')}" for k in (
+    "NEURON_RT_INSPECT_SYSTEM_PROFILE", "NEURON_RT_INSPECT_DEVICE_PROFILE", "NEURON_RT_INSPECT_CPU_UTIL", "NEURON_RT_INSPECT_HOST_MEMORY")))
 x = torch.randn(4, 8)
 print(float((x * x).sum()) >= 0)
+sys.stderr.write("script: first\\n"); sys.stderr.flush()
+# what the Neuron runtime prints when its trace buffer overflowed (troubleshooting.rst)
+os.write(2, b"Warning: 42 trace events were dropped during capture (stored 100 out of 142 total events).\\n")
+sys.stderr.write("script: last\\n")
 sys.exit(3)
 """
 
@@ -40,10 +46,37 @@ def test_neuron_inspect_runs_the_script_in_a_child_with_the_runtime_variables(tm
     assert proc.returncode == 3  # the script's exit code
     run_dir = next(out.iterdir())
     assert f"inspect=1 dir={run_dir / 'neuron'}" in proc.stdout
+    # how-to-profile-workload.rst: CPU and host-memory samples keep the system profile complete
+    assert ("NEURON_RT_INSPECT_SYSTEM_PROFILE=1 NEURON_RT_INSPECT_DEVICE_PROFILE=session "
+            "NEURON_RT_INSPECT_CPU_UTIL=1 NEURON_RT_INSPECT_HOST_MEMORY=1") in proc.stdout
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["capture"] == "neuron-inspect" and manifest["exit_code"] == 3
     # No Neuron hardware here: the runtime wrote nothing, and that is reported, not hidden.
     assert any("no NEFF/NTFF files were written" in w for w in manifest["warnings"])
+    # The child's stderr is passed through whole and in order, and scanned.
+    lines = proc.stderr.splitlines()
+    first, dropped, last = (lines.index(x) for x in (
+        "script: first", "Warning: 42 trace events were dropped during capture (stored 100 out of 142 total events).", "script: last"))
+    assert first < dropped < last
+    assert manifest["neuron"]["dropped_events"]["dropped"] == 42
+    problem = next(w for w in manifest["warnings"] if "trace events were dropped" in w)
+    assert "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC" in problem
+    assert f"warning: {problem}" in proc.stderr
+    assert manifest["neuron"]["inspect_env"]["NEURON_RT_INSPECT_CPU_UTIL"] == "1"
+
+
+def test_neuron_inspect_keeps_the_users_own_inspect_settings(tmp_path):
+    import os
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, NEURON_RT_INSPECT_CPU_UTIL="0", NEURON_RT_INSPECT_DEVICE_PROFILE="model")
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronscope", "run", "--neuron-inspect", "-o", str(tmp_path / "runs"), str(script)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert "NEURON_RT_INSPECT_DEVICE_PROFILE=model NEURON_RT_INSPECT_CPU_UTIL=0 NEURON_RT_INSPECT_HOST_MEMORY=1" in proc.stdout
 
 
 def test_run_with_otlp_endpoint_sends_the_profile(tmp_path, monkeypatch):
@@ -106,12 +139,13 @@ def test_artifacts_json_pairs_both_layouts_and_names_the_problems(tmp_path):
     groups = {g["id"]: g for g in json.loads(result.stdout)}
     assert set(groups) == {"111", "222", "333", "444"}
     assert groups["111"]["layout"] == "session" and len(groups["111"]["ntff"]) == 2
-    assert any("NeuronCore 1 was initialised but never ran" in p for p in groups["111"]["problems"])
+    assert groups["111"]["problems"] == []  # one idle core of two: expected (troubleshooting.rst)
     assert groups["222"]["layout"] == "model" and groups["222"]["problems"] == []
     assert groups["222"]["ntff"][0].endswith("222_instid_0_vnc_0.ntff")
-    assert any("no NTFF with id 333" in p for p in groups["333"]["problems"])
-    assert groups["444"]["neff"] is None and any("different compilations" in p for p in groups["444"]["problems"])
+    assert groups["333"]["problems"] == [] and any("no NTFF with id 333" in n for n in groups["333"]["notes"])
+    assert groups["444"]["neff"] is None and any("different compilation" in p for p in groups["444"]["problems"])
     text = _runner().invoke(cli, ["artifacts", str(tmp_path)])
-    assert "neuron-explorer view -d " in text.stdout and "neuron-explorer view -n " in text.stdout
+    assert f"open in Neuron Explorer: neuron-explorer view -d {tmp_path}\n" in text.stdout
+    assert "neuron-explorer view -n " in text.stdout and "--ingest-only --display-name" in text.stdout
     missing = _runner().invoke(cli, ["artifacts", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "nope" in missing.stderr

@@ -87,6 +87,57 @@ def scenario_full_path(work: Path) -> dict:
         "key_averages": ka,
         "spans": span_dicts(exporter),
         "warnings": run.warnings,
+        "notes": list(run.summary.notes),
+    }
+
+
+def _fake_explorer(work: Path, **summary_overrides: object) -> None:
+    """A real ``neuron-explorer`` subprocess on PATH: neuronscope.testing's stand-in."""
+    import os
+
+    from neuronscope.testing import install_fake_neuron_explorer
+
+    exe = install_fake_neuron_explorer(work / "bin")
+    os.environ["PATH"] = f"{exe.parent}{os.pathsep}{os.environ['PATH']}"
+    os.environ["NEURONSCOPE_FAKE_EXPLORER_SUMMARY"] = json.dumps(summary_overrides)
+
+
+def scenario_explorer_metrics(work: Path) -> dict:
+    """Every mode on, the fake Explorer on PATH, a profile whose spill reloads are 30% of HBM reads."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    _fake_explorer(work, spill_reload_bytes=300, hbm_read_bytes=1000)
+    exporter = spans_setup()
+    reader = InMemoryMetricReader()
+    ns.configure(meter_provider=MeterProvider(metric_readers=[reader]))
+    x, w = inputs()
+    opts = ns.NeuronOptions(modes=("device", "runtime", "cpu_util", "host_memory"))
+    with ns.profile_neuron(name="explored", output_dir=work / "runs", neuron=opts) as run:
+        for _ in range(3):
+            rmsnorm_naive(x, w)
+    ns.flush(120)
+    html = work / "report.html"
+    from neuronscope.report.html import write_html
+
+    write_html(run, html)
+    metrics = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                metrics[m.name] = [
+                    {"attributes": dict(dp.attributes), "value": getattr(dp, "value", None), "count": getattr(dp, "count", None)}
+                    for dp in m.data.data_points
+                ]
+    return {
+        "manifest": json.loads((run.path / "manifest.json").read_text()),
+        "notes": list(run.summary.notes),
+        "warnings": run.warnings,
+        "table": str(run.summary),
+        "spans": span_dicts(exporter),
+        "html": html.read_text(),
+        "metrics": metrics,
+        "files": sorted(str(p.relative_to(run.path)) for p in run.path.rglob("*") if p.is_file()),
     }
 
 
@@ -106,17 +157,76 @@ def scenario_session_idle_core(work: Path) -> dict:
     with ns.profile_neuron(name="idle", output_dir=work / "runs", neuron=opts) as run:
         rmsnorm_naive(x, w)
     assert run.wait(60)
-    return {"warnings": run.warnings, "ntff": run.manifest["neuron"]["ntff_files"]}
+    return {"warnings": run.warnings, "notes": list(run.summary.notes), "ntff": run.manifest["neuron"]["ntff_files"]}
 
 
 def scenario_dropped_events(work: Path) -> dict:
+    import sys
+
     x, w = inputs()
-    opts = ns.NeuronOptions(max_events_per_nc=3)
-    with ns.profile_neuron(name="dropped", output_dir=work / "runs", neuron=opts) as run:
-        for _ in range(3):
-            rmsnorm_naive(x, w)
+    out = {}
+    for watch in (True, False):
+        opts = ns.NeuronOptions(max_events_per_nc=3, watch_stderr=watch)
+        print(f"user line before {watch}", file=sys.stderr, flush=True)
+        with ns.profile_neuron(name="dropped", output_dir=work / "runs", neuron=opts) as run:
+            for _ in range(3):
+                rmsnorm_naive(x, w)
+            print(f"user line inside {watch}", file=sys.stderr, flush=True)
+        print(f"user line after {watch}", file=sys.stderr, flush=True)
+        assert run.wait(60)
+        out[str(watch)] = {
+            "warnings": run.warnings,
+            "dropped": run.manifest["neuron"].get("dropped_events"),
+            "files": sorted(p.name for p in run.path.rglob("*") if p.is_file()),
+        }
+    return out
+
+
+def scenario_all_ntffs_empty(work: Path) -> dict:
+    x, w = inputs()
+    opts = ns.NeuronOptions(capture_enabled_for_nc="1")  # the model runs on core 0 only
+    with ns.profile_neuron(name="empty", output_dir=work / "runs", neuron=opts) as run:
+        rmsnorm_naive(x, w)
     assert run.wait(60)
-    return {"warnings": run.warnings}
+    return {"warnings": run.warnings, "notes": list(run.summary.notes), "ntff": run.manifest["neuron"]["ntff_files"]}
+
+
+def scenario_options_reach_neuronconfig(work: Path) -> dict:
+    """NeuronOptions -> NeuronConfig kwargs and the runtime's environment, then restored."""
+    import os
+
+    import torch_neuronx.profiling as tp
+
+    seen: list[dict] = []
+    real_init = tp.NeuronConfig.__init__
+
+    def spy(self, **kwargs):
+        seen.append({k: str(v) for k, v in kwargs.items()})
+        real_init(self, **kwargs)
+
+    tp.NeuronConfig.__init__ = spy
+    emu.layout = "model"
+    x, w = inputs()
+    runs = {}
+    os.environ.pop("TORCH_NEURONX_NEFF_CACHE_DIR", None)
+    opts = ns.NeuronOptions(num_warmup=1, precache_node_info=False)
+    with ns.profile_neuron(name="warm", output_dir=work / "runs", neuron=opts) as run:
+        rmsnorm_naive(x, w)  # aten::mul and aten::copy_ run twice (same NEFF), every other op once
+        env_inside = os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP")
+    run.wait(60)
+    runs["default"] = {"manifest": run.manifest["neuron"], "warnings": run.warnings, "notes": list(run.summary.notes),
+                       "raw": str(run.path / "neuron"), "env_inside": env_inside,
+                       "env_after": os.environ.get("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP")}
+    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(work / "neff-cache")
+    with ns.profile_neuron(name="env", output_dir=work / "runs") as run:
+        rmsnorm_naive(x, w)
+    run.wait(60)
+    runs["env"] = {"manifest": run.manifest["neuron"]}
+    with ns.profile_neuron(name="off", output_dir=work / "runs", neuron=ns.NeuronOptions(neff_cache_dir="")) as run:
+        rmsnorm_naive(x, w)
+    run.wait(60)
+    runs["off"] = {"manifest": run.manifest["neuron"]}
+    return {"kwargs": seen, "runs": runs}
 
 
 def scenario_warmup_decorator(work: Path) -> dict:

@@ -154,14 +154,16 @@ def scenario_model_layout(work: Path) -> dict[str, Any]:
 def scenario_limits(work: Path) -> dict[str, Any]:
     res: dict[str, Any] = {}
     out = work / "dropped"
-    prof = run_rmsnorm(NeuronConfig(profile_output_dir=out, max_events_per_nc=3))
+    with _fd2_to(work / "dropped.stderr"):  # the emulated runtime writes to fd 2 itself
+        prof = run_rmsnorm(NeuronConfig(profile_output_dir=out, max_events_per_nc=3))
     s = summarize(prof)
     res["dropped"] = {
         "files": files(out),
-        "kernels": len(s["kernels"]),
-        "runtime": len(s["runtime"]),
+        "kernels": s["kernels"],
+        "runtime": s["runtime"],
         "info": s["info"],
-        "emulator_info": [json.loads(p.read_text()) for p in out.rglob("emulator_info.json")],
+        "stderr": (work / "dropped.stderr").read_text(),
+        "ntrace": next(out.rglob("ntrace.pb")).read_text(),
     }
     out = work / "runtime_only"
     run_rmsnorm(NeuronConfig(modes=[ProfileMode.RUNTIME], profile_output_dir=out))
@@ -183,6 +185,63 @@ def scenario_limits(work: Path) -> dict[str, Any]:
     out = work / "nc1_only"
     prof = run_rmsnorm(NeuronConfig(profile_output_dir=out, capture_enabled_for_nc="1"))
     res["nc1_only"] = {"files": files(out), "kernels": len(summarize(prof)["kernels"])}
+    return res
+
+
+class _fd2_to:
+    """Send file descriptor 2 to a file for a while (what native code prints lands there)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        self.file = open(self.path, "wb")
+        os.dup2(self.file.fileno(), 2)
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.close()
+
+
+def scenario_fake_explorer(work: Path) -> dict[str, Any]:
+    """The emulator's raw files through the fake neuron-explorer, a real subprocess."""
+    import subprocess
+
+    from neuronscope.testing import install_fake_neuron_explorer
+
+    exe = install_fake_neuron_explorer(work / "bin")
+    out = work / "profile_output"
+    cfg = NeuronConfig(modes=list(ProfileMode), profile_output_dir=out, capture_enabled_for_nc="0,1", max_events_per_nc=5)
+    exporter = NeuronProfiler(cfg)
+    with _fd2_to(work / "runtime.stderr"):
+        prof = run_rmsnorm(cfg, on_trace_ready=exporter.export_trace)
+    s = summarize(prof)
+
+    def cli(*args: str, **env: str) -> dict[str, Any]:
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, env={**os.environ, **env}, cwd=work)
+        return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+    res: dict[str, Any] = {"kernels": s["kernels"], "exe": str(exe)}
+    res["version"] = cli("--version")
+    res["summary"] = cli("view", "-d", str(out), "--output-format", "summary-json")
+    res["summary_234"] = cli("view", "-d", str(out), "--output-format", "summary-json", NEURONSCOPE_FAKE_EXPLORER_SCHEMA="2.34")
+    res["summary_override"] = cli(
+        "view", "-d", str(out), "--output-format", "summary-json", "--output-file", str(work / "s.json"),
+        NEURONSCOPE_FAKE_EXPLORER_SUMMARY='{"spill_reload_bytes": 7}',
+    )
+    res["summary_file"] = (work / "s.json").read_text()
+    res["json"] = cli("view", "-d", str(out), "--output-format", "json", "--output-file", str(work / "x" / "integrated_trace.json"))
+    res["system_profile"] = json.loads((work / "x" / "system_profile.json").read_text())
+    res["device_profiles"] = sorted(p.name for p in (work / "x").glob("device_profile_model_*.json"))
+    res["ingest"] = cli("view", "-d", str(out), "--ingest-only", "--display-name", "my-profile-run")
+    res["missing"] = cli("view", "-d", str(work / "nope"), "--output-format", "summary-json")
+    ntff = next(out.rglob("profile_nc_0_session_0.ntff"))
+    runs = [tuple(map(int, ln.split()[1:])) for ln in ntff.read_text().splitlines() if ln.startswith("neff_")]
+    res["ntff_span_s"] = (max(a + b for a, b in runs) - min(a for a, _ in runs)) / 1e9
     return res
 
 
@@ -279,6 +338,7 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "model_layout": scenario_model_layout,
     "limits": scenario_limits,
     "lifecycle": scenario_lifecycle,
+    "fake_explorer": scenario_fake_explorer,
 }
 
 if __name__ == "__main__":

@@ -454,12 +454,50 @@ def _run_section(source: Source, key: str, top: int, link_base: Path | None, max
     warnings += "".join(f'<p class="note run-note">{_e(n)}</p>' for n in s.notes)
     return (
         f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
-        f'<div class="cards">{cards}</div>{warnings}'
+        f'<div class="cards">{cards}</div>{warnings}{_neuron_device(source, key)}'
         f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}"
         f"<h3>Regions</h3>{_regions(s, key)}"
         f"<h3>Timeline</h3>{_timeline(source, key, max_rects, bins)}"
         f"<h3>Run metadata</h3>{_manifest(source, key)}"
         f"<h3>Files</h3>{_files(source, key, link_base)}</section>"
+    )
+
+
+def _neuron_device(source: Source, key: str) -> str:
+    """Neuron Explorer's device metrics and insights, and the system profile's host facts
+    (``manifest["neuron"]``); empty for other runs."""
+    neuron = source.manifest.get("neuron")
+    if not isinstance(neuron, dict):
+        return ""
+    explorer = neuron.get("explorer") if isinstance(neuron.get("explorer"), dict) else {}
+    m = explorer.get("metrics") if isinstance(explorer.get("metrics"), dict) else {}
+    system = neuron.get("system_profile") if isinstance(neuron.get("system_profile"), dict) else {}
+    if not m and not system:
+        return ""
+    pct = lambda k: f"{m[k]:.1f}%" if isinstance(m.get(k), (int, float)) else None  # noqa: E731
+    reads = m.get("hbm_read_bytes")
+    items = [
+        ("device time", format_us(m["total_time_s"] * 1e6) if isinstance(m.get("total_time_s"), (int, float)) else None),
+        ("MFU", pct("mfu_percent")), ("HFU", pct("hfu_percent")), ("MBU", pct("mbu_percent")),
+        ("DMA active", format_us(m["dma_active_time_s"] * 1e6) if isinstance(m.get("dma_active_time_s"), (int, float)) else None),
+        ("CC active", pct("cc_active_percent")),
+        ("spill reload / HBM reads", f"{m['spill_reload_bytes'] / reads:.1%}" if reads and isinstance(m.get("spill_reload_bytes"), (int, float)) else None),
+        *((f"{e} engine active", f"{v:.1f}%") for e, v in (m.get("engine_active_percent") or {}).items()),
+        ("host memory (max)", f"{system['host_memory']['max_bytes'] / 2**30:,.2f} GiB" if "host_memory" in system else None),
+        ("CPU utilisation (mean)", f"{system['cpu_util']['mean_percent']:.1f}%" if "cpu_util" in system else None),
+    ]
+    cards = "".join(
+        f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>' for k, v in items if v is not None
+    )
+    findings = "".join(
+        f'<p class="warning neuron-finding" data-rule="{_e(f.get("rule"))}">{_e(f.get("message"))} '
+        f'<span class="note">(~{_e(format_us(float(f.get("us_at_stake") or 0)))} at stake)</span></p>'
+        for f in explorer.get("findings") or () if isinstance(f, dict)
+    )
+    where = ", ".join(explorer.get("sources") or ()) or system.get("path", "")
+    return (
+        f'<div id="neuron-device-{key}" class="neuron-device"><h3>Neuron device (Neuron Explorer)</h3>'
+        f'<div class="cards">{cards}</div>{findings}<p class="note">from <code>{_e(where)}</code></p></div>'
     )
 
 

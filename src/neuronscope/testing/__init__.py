@@ -106,13 +106,36 @@ instance id is the fixed :data:`EMULATED_INSTANCE_ID`; ``<timestamp>`` is
 ``YYYYmmdd_HHMMSS_<microseconds>`` in UTC (the runtime's own format is not
 documented publicly).
 
-Dropped events: the real runtime keeps ``max_events_per_nc`` events per
-NeuronCore in a ring buffer and drops the rest silently. The emulator counts
-NEFF executions on core 0; executions past the limit get no kernel and no
-``nc_exec_running`` event (their runtime event remains), and it writes
-``emulator_info.json`` -- ``{"emulator": "neuronscope", "events_dropped": N,
-"max_events_per_nc": M, "nc": 0}`` -- next to the capture's files. That file
-is the emulator's own invention and appears only when something was dropped.
+The system-profile placeholders carry what the fake ``neuron-explorer`` (below) needs:
+``ntrace.pb`` lists every ``nrta_execute_schedule`` and ``nc_exec_running`` with its start,
+duration, thread and NeuronCore, and a ``capture stored=S total=T dropped=D`` line;
+``host_mem.pb`` two samples of the host's used memory (``sysinfo``); ``cpu_util.pb`` one
+sample per CPU (busy share of ``/proc/stat`` over the capture).
+
+Dropped events: the runtime keeps the newest ``max_events_per_nc`` events per NeuronCore;
+older ones are overwritten (troubleshooting.rst, "Dropped events in system profile"). The
+emulator counts NEFF executions on core 0; the *oldest* executions past the limit keep their
+runtime event but get no kernel and no ``nc_exec_running`` (they still occupy the core), and
+the emulated runtime writes the documented sentence to file descriptor 2 when the profile
+stops::
+
+    [neuron runtime (neuronscope emulator)] Warning: 11 trace events were dropped during capture (stored 3 out of 14 total events). ...
+
+``NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP=N`` (model layout) skips each NEFF's first N
+executions before the one its NTFF records; a NEFF that ran N times or fewer gets no NTFF.
+
+Fake Neuron Explorer
+--------------------
+:func:`install_fake_neuron_explorer` writes an executable ``neuron-explorer`` that reads these
+files and writes Explorer's documented outputs (``summary-json``, ``system_profile.json``),
+so code that shells out to Neuron Explorer runs in CI against a real subprocess::
+
+    from neuronscope.testing import install_fake_neuron_explorer
+    exe = install_fake_neuron_explorer("/tmp/bin")      # then PATH=/tmp/bin:$PATH
+
+``NEURONSCOPE_FAKE_EXPLORER_SUMMARY`` (JSON) overrides summary fields;
+``NEURONSCOPE_FAKE_EXPLORER_SCHEMA=2.34`` uses the field names of Neuron 2.34. See
+``neuronscope.testing._fake_neuron_explorer`` for the fields.
 
 Limits
 ------
@@ -127,7 +150,8 @@ Limits
   needs PrivateUse1 ``ProfilerStubs``, which TorchNeuron also registers and
   the emulator does not.
 * ``neff_cache_dir`` and ``precache_node_info`` are accepted and ignored; the
-  NEFF/NTFF/``.pb`` contents are placeholders, not the real formats.
+  NEFF/NTFF/``.pb`` contents are placeholders, not the real formats (only the fake
+  ``neuron-explorer`` reads them).
 * A Kineto trace can be saved once: ``NeuronProfiler.export_trace`` calls
   ``prof.export_chrome_trace``, after which ``kineto_results.save()`` raises
   "Trace is already saved" (TorchNeuron's exporter must hit the same limit).
@@ -142,7 +166,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["install_emulated_neuron", "EmulatedNeuron", "EMULATED_INSTANCE_ID", "default_build_dir"]
+__all__ = ["install_emulated_neuron", "install_fake_neuron_explorer", "EmulatedNeuron", "EMULATED_INSTANCE_ID", "default_build_dir"]
 
 #: The fake EC2 instance id used in raw-file paths.
 EMULATED_INSTANCE_ID = "i-00000000000e1a7ed"
@@ -253,6 +277,29 @@ class EmulatedNeuron:
             f"EmulatedNeuron(layout={self._layout!r}, device_time_ratio={self._ratio!r}, "
             f"attribution={self._attribution!r}, build_dir={str(self.build_dir)!r})"
         )
+
+
+def install_fake_neuron_explorer(bin_dir: str | os.PathLike[str]) -> Path:
+    """Write an executable ``neuron-explorer`` into ``bin_dir`` and return its path.
+
+    It runs :mod:`neuronscope.testing._fake_neuron_explorer` with this interpreter; put
+    ``bin_dir`` first on ``PATH`` for code that looks the tool up. Needs no emulator and
+    changes nothing in this process.
+    """
+    bin_path = Path(bin_dir)
+    bin_path.mkdir(parents=True, exist_ok=True)
+    exe = bin_path / "neuron-explorer"
+    src = str(Path(__file__).resolve().parents[1])  # so the script finds this neuronscope
+    exe.write_text(
+        f"#!{sys.executable}\n"
+        "# neuronscope's stand-in for Neuron Explorer (neuronscope.testing.install_fake_neuron_explorer)\n"
+        "import sys\n"
+        f"sys.path.insert(0, {src!r})\n"
+        "from neuronscope.testing._fake_neuron_explorer import main\n"
+        "sys.exit(main())\n"
+    )
+    exe.chmod(0o755)
+    return exe
 
 
 def _decomposing_ops() -> list[str]:

@@ -24,6 +24,7 @@
 
 #include <libkineto.h>
 
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,6 +108,9 @@ struct NeuronOptions {
   bool present = false; // a profile_output_dir was given
   std::string outputDir;
   uint64_t maxEventsPerNc = 1000000;
+  // NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP (Neuron 2.33+, model mode): executions of
+  // each NEFF to skip before the one captured. Read from the environment at configure().
+  uint64_t numWarmup = 0;
   bool captureSet = false;
   std::set<uint32_t> captureNcs;
   bool device = true, runtime = true, cpuUtil = false, hostMemory = false;
@@ -150,6 +154,13 @@ std::set<uint32_t> parseNcList(const std::string& v) { // "0,1,2-5"
 
 NeuronOptions parseOptions(const std::string& custom) {
   NeuronOptions o;
+  if (const char* w = std::getenv("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP")) {
+    try {
+      o.numWarmup = std::stoull(w);
+    } catch (const std::exception&) {
+      std::cerr << "[neuronscope emulator] ignoring NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP='" << w << "'" << std::endl;
+    }
+  }
   std::stringstream ss(custom);
   std::string item;
   while (std::getline(ss, item, ';')) {
@@ -257,7 +268,33 @@ struct Execution {
   int64_t startNs;
   int64_t durNs;
   bool dropped;
+  int64_t rtStartNs = 0; // its nrta_execute_schedule on the host
+  int64_t rtDurNs = 0;
+  int64_t threadId = 0;
 };
+
+// Per-CPU (busy, total) jiffies from /proc/stat ("cpuN user nice system idle iowait ...").
+std::vector<std::pair<uint64_t, uint64_t>> readCpuStat() {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  std::ifstream f("/proc/stat");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !std::isdigit(static_cast<unsigned char>(line[3]))) continue;
+    std::istringstream ss(line.substr(line.find(' ')));
+    uint64_t v, total = 0, idle = 0;
+    for (int i = 0; ss >> v; ++i) {
+      total += v;
+      if (i == 3 || i == 4) idle += v; // idle, iowait
+    }
+    out.emplace_back(total - idle, total);
+  }
+  return out;
+}
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 // ---------------------------------------------------------------------------
 // The session: one per profiling window.
@@ -285,6 +322,8 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
     std::lock_guard<std::mutex> g(mutex_);
     recording_ = true;
     status_ = libkineto::TraceStatus::RECORDING;
+    startNs_ = nowNs();
+    cpuAtStart_ = readCpuStat();
   }
 
   void stop() override {
@@ -373,6 +412,10 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
     bool nc0Captured = !opts_.captureSet || opts_.captureNcs.count(0);
     int64_t busyUntil = 0;
     uint64_t executed = 0;
+    // The runtime's per-core buffer keeps the newest max_events_per_nc events: older ones are
+    // overwritten (troubleshooting.rst, "Dropped events in system profile").
+    uint64_t toDrop = (nc0Captured && leaves.size() > opts_.maxEventsPerNc)
+        ? leaves.size() - opts_.maxEventsPerNc : 0;
     auto& span = traceBuffer_->span;
     for (const Leaf& leaf : leaves) {
       const auto* op = leaf.op;
@@ -403,14 +446,17 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
 
       if (!nc0Captured) continue;
       Execution ex{neff, op->name(), dims, 0, 0, false};
+      ex.rtStartNs = rtStart;
+      ex.rtDurNs = rtEnd - rtStart;
+      ex.threadId = static_cast<int64_t>(op->getThreadId());
       ex.startNs = std::max(rtEnd, busyUntil);
       ex.durNs = std::max<int64_t>(1, std::llround(settings_.deviceTimeRatio * d));
-      if (executed >= opts_.maxEventsPerNc) {
-        ex.dropped = true; // like a full ring buffer: later events are lost
+      busyUntil = ex.startNs + ex.durNs; // a dropped execution still ran; only its events are lost
+      if (dropped_ < toDrop) {
+        ex.dropped = true;
         ++dropped_;
       } else {
         ++executed;
-        busyUntil = ex.startNs + ex.durNs;
       }
       executions_.push_back(ex);
       if (ex.dropped || !kernels_) continue;
@@ -472,6 +518,14 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
     }
     vlog("processTrace: " + std::to_string(leaves.size()) + " leaf ops, " +
          std::to_string(dropped_) + " dropped, files in '" + sessionDir + "'");
+    if (dropped_ > 0 && kernels_) {
+      // Written to fd 2 by native code, as a runtime would (where the real runtime prints it is
+      // not documented; Neuron Explorer prints this sentence when it processes the profile).
+      std::cerr << "[neuron runtime (neuronscope emulator)] Warning: " << dropped_
+                << " trace events were dropped during capture (stored " << executed << " out of "
+                << (executed + dropped_) << " total events). Consider increasing buffer size, "
+                << "reducing trace duration, or filtering events." << std::endl;
+    }
   }
 
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
@@ -551,44 +605,80 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
       }
     }
     if (opts_.device && model && cores.count(0)) {
-      // Model mode: first execution of each NEFF, one NEFF/NTFF pair each.
+      // Model mode: the first execution of each NEFF after NUM_WARMUP executions, one
+      // NEFF/NTFF pair each. A NEFF with no such execution gets no NTFF (it did not run in the
+      // window, as far as the device profile goes).
       for (const auto& [id, ex] : firstRun) {
         const Execution* first = nullptr;
+        uint64_t seen = 0;
         for (const auto& e : executions_) {
-          if (e.neff == id && !e.dropped) { first = &e; break; }
+          if (e.neff != id) continue;
+          if (seen++ < opts_.numWarmup) continue;
+          if (!e.dropped) { first = &e; break; }
         }
-        if (!first) continue;
         writeFile(instance / ("neff_" + std::to_string(id) + ".neff"), neffText(*ex));
+        if (!first) continue;
         std::ostringstream nt;
         nt << "NTFF placeholder (neuronscope emulator)\nnc=0\nneff_" << id << " "
            << first->startNs << " " << first->durNs << "\n";
         writeFile(instance / (std::to_string(id) + "_instid_0_vnc_0.ntff"), nt.str());
       }
     }
+    // Placeholder formats, read by the fake neuron-explorer (neuronscope.testing):
+    //   ntrace.pb:   "event <name> <start_ns> <duration_ns> <thread_id> <lnc> neff_<id>" per event,
+    //                "capture stored=<S> total=<T> dropped=<D> max_events_per_nc=<M>"
+    //   host_mem.pb: "sample <timestamp_ns> <usage_bytes> <percent_usage>"
+    //   cpu_util.pb: "sample <timestamp_ns> <cpu_id> <util_percent>"
     if (opts_.runtime) {
       std::ostringstream nt;
       nt << "ntrace placeholder (neuronscope emulator)\n";
+      uint64_t stored = 0;
       for (const auto& ex : executions_) {
-        nt << "nrta_execute_schedule neff_" << ex.neff << "\n";
-        if (!ex.dropped) nt << "nc_exec_running nc=0 neff_" << ex.neff << " "
-                            << ex.startNs << " " << ex.durNs << "\n";
+        nt << "event nrta_execute_schedule " << ex.rtStartNs << " " << ex.rtDurNs << " "
+           << ex.threadId << " 0 neff_" << ex.neff << "\n";
+        if (!ex.dropped) {
+          ++stored;
+          nt << "event nc_exec_running " << ex.startNs << " " << ex.durNs << " 0 0 neff_"
+             << ex.neff << "\n";
+        }
       }
+      nt << "capture stored=" << stored << " total=" << executions_.size()
+         << " dropped=" << dropped_ << " max_events_per_nc=" << opts_.maxEventsPerNc << "\n";
       writeFile(session / "ntrace.pb", nt.str());
       writeFile(session / "trace_info.pb",
                 "trace_info placeholder (neuronscope emulator)\ninstance=" +
                     std::string(kInstanceId) + "\npid=" + std::to_string(getpid()) + "\n");
     }
-    if (opts_.cpuUtil) writeFile(session / "cpu_util.pb", "cpu_util placeholder (neuronscope emulator)\n");
-    if (opts_.hostMemory) writeFile(session / "host_mem.pb", "host_mem placeholder (neuronscope emulator)\n");
+    int64_t endNs = nowNs();
+    if (opts_.cpuUtil) {
+      std::ostringstream cu;
+      cu << "cpu_util placeholder (neuronscope emulator)\n";
+      auto after = readCpuStat();
+      for (size_t i = 0; i < after.size(); ++i) {
+        double util = 0.0;
+        if (i < cpuAtStart_.size() && after[i].second > cpuAtStart_[i].second) {
+          util = 100.0 * double(after[i].first - cpuAtStart_[i].first) /
+              double(after[i].second - cpuAtStart_[i].second);
+        }
+        cu << "sample " << endNs << " " << i << " " << util << "\n";
+      }
+      writeFile(session / "cpu_util.pb", cu.str());
+    }
+    if (opts_.hostMemory) {
+      std::ostringstream hm;
+      hm << "host_mem placeholder (neuronscope emulator)\n";
+      struct sysinfo si{};
+      if (sysinfo(&si) == 0 && si.totalram > 0) {
+        uint64_t total = uint64_t(si.totalram) * si.mem_unit;
+        uint64_t used = total - uint64_t(si.freeram) * si.mem_unit;
+        for (int64_t ts : {startNs_, endNs}) {
+          hm << "sample " << ts << " " << used << " " << (100.0 * double(used) / double(total)) << "\n";
+        }
+      }
+      writeFile(session / "host_mem.pb", hm.str());
+    }
 
     fs::path home = (!model || systemFiles) ? session : instance;
-    if (dropped_ > 0) {
-      std::ostringstream js;
-      js << "{\"emulator\": \"neuronscope\", \"events_dropped\": " << dropped_
-         << ", \"max_events_per_nc\": " << opts_.maxEventsPerNc
-         << ", \"nc\": 0}\n";
-      writeFile(home / "emulator_info.json", js.str());
-    }
     return home.string();
   }
 
@@ -602,6 +692,8 @@ class EmulatorSession : public libkineto::IActivityProfilerSession {
   std::vector<size_t> popOrder_;
   std::vector<Execution> executions_;
   uint64_t dropped_ = 0;
+  int64_t startNs_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> cpuAtStart_;
   std::unique_ptr<libkineto::CpuTraceBuffer> traceBuffer_;
 };
 

@@ -116,8 +116,9 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
             modes: ``ProfileMode`` values; default ``[DEVICE, RUNTIME]``.
             profile_output_dir: where the (emulated) runtime writes raw files.
             max_events_per_nc: device events kept per NeuronCore; the emulator
-                drops executions beyond it and records the count in
-                ``emulator_info.json`` (see :mod:`neuronscope.testing`).
+                overwrites the oldest executions beyond it and prints the runtime's
+                "Warning: N trace events were dropped" on stderr (see
+                :mod:`neuronscope.testing`).
             capture_enabled_for_nc: cores to capture, e.g. ``"0,1,2-5"``;
                 ``None`` captures every visible core.
             neff_cache_dir: accepted; no effect on the emulator.
@@ -131,7 +132,7 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
             max_events_per_nc: int = 1_000_000,
             capture_enabled_for_nc: str | None = None,
             neff_cache_dir: str | os.PathLike[str] | None = None,
-            precache_node_info: bool = False,
+            precache_node_info: bool = True,
         ) -> None:
             modes = [ProfileMode.DEVICE, ProfileMode.RUNTIME] if modes is None else list(modes)
             for m in modes:

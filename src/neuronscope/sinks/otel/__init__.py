@@ -151,6 +151,7 @@ def export_to_otel(run: "Run") -> None:
         if provider is not None:
             try:
                 _record_metrics(run, provider, root_context)
+                _record_neuron_metrics(run, provider)
             except Exception as exc:  # noqa: BLE001 - one broken provider must not stop the other
                 _stats.record("errors")
                 log.warning("neuronscope: recording metrics failed: %r", exc)
@@ -177,6 +178,64 @@ class _RootSpanTracer:
 def _record_metrics(run: "Run", meter_provider: Any, span_context: Any = None) -> None:
     """One run's metrics on ``meter_provider`` (also used by ``export_run``)."""
     _metrics.record_run_metrics(run, meter_provider, _settings.metrics_top_ops, span_context)
+
+
+_neuron_instruments: dict[int, dict[str, Any]] = {}  # id(meter provider) -> instruments
+
+
+def _neuron_instruments_for(meter_provider: Any) -> dict[str, Any]:
+    key = id(meter_provider)
+    with _lock:
+        found = _neuron_instruments.get(key)
+        if found is None:
+            meter = meter_provider.get_meter(_SCOPE, __version__)
+
+            def gauge(name: str, **kw: Any) -> Any:  # a gauge's set(); a histogram's record() before API 1.27
+                create = getattr(meter, "create_gauge", None)
+                return create(name, **kw).set if create else meter.create_histogram(name, **kw).record
+
+            found = _neuron_instruments[key] = {
+                "util": gauge("neuronscope.neuron.utilization", unit="%", description="Neuron Explorer utilisation of one profile (MFU, HFU, MBU, engine active, ...)"),
+                "time": gauge("neuronscope.neuron.device_time", unit="s", description="On-device time of one profile (Neuron Explorer total_time)"),
+                "host_mem": meter.create_histogram("neuronscope.neuron.host_memory.usage", unit="By", description="Host memory samples of the Neuron system profile"),
+                "cpu": meter.create_histogram("neuronscope.neuron.cpu.utilization", unit="%", description="Per-core CPU utilisation samples of the Neuron system profile"),
+                "dropped": meter.create_counter("neuronscope.neuron.dropped_events", unit="{event}", description="Trace events the Neuron runtime dropped during capture"),
+            }
+        return found
+
+
+_UTIL_METRICS = {"mfu_percent": "mfu", "hfu_percent": "hfu", "mbu_percent": "mbu", "dma_mbu_percent": "dma_mbu",
+                 "dma_active_percent": "dma_active", "cc_active_percent": "cc_active", "throttle_active_percent": "throttle_active"}
+
+
+def _record_neuron_metrics(run: "Run", meter_provider: Any) -> None:
+    """Neuron device facts as metrics. Only Neuron runs that have them; failures are logged."""
+    neuron = run.manifest.get("neuron")
+    if run.device != "neuron" or not isinstance(neuron, dict):
+        return
+    try:
+        inst = _neuron_instruments_for(meter_provider)
+        base = {"neuronscope.device": run.device, "neuronscope.profile.name": run.name[:256]}
+        metrics = (neuron.get("explorer") or {}).get("metrics") or {}
+        for key, label in _UTIL_METRICS.items():
+            if isinstance(metrics.get(key), (int, float)):
+                inst["util"](float(metrics[key]), base | {"neuronscope.neuron.metric": label})
+        for engine, pct in (metrics.get("engine_active_percent") or {}).items():
+            inst["util"](float(pct), base | {"neuronscope.neuron.metric": f"{engine}_engine_active"})
+        if isinstance(metrics.get("total_time_s"), (int, float)):
+            inst["time"](float(metrics["total_time_s"]), base)
+        profile = getattr(run, "_system_profile", None)
+        for sample in getattr(profile, "mem_usage", ()):
+            if isinstance(sample.get("usage"), (int, float)):
+                inst["host_mem"].record(sample["usage"], base)
+        for sample in getattr(profile, "cpu_util", ()):
+            if isinstance(sample.get("util"), (int, float)):
+                inst["cpu"].record(sample["util"], base)
+        dropped = neuron.get("dropped_events")
+        if isinstance(dropped, dict) and dropped.get("dropped"):
+            inst["dropped"].add(int(dropped["dropped"]), base)
+    except Exception as exc:  # noqa: BLE001 - telemetry never raises into user code
+        log.warning("neuronscope: recording Neuron metrics failed: %s", exc)
 
 
 def _providers_to_flush() -> list[Any]:

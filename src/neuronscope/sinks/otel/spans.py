@@ -85,8 +85,42 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
         attrs["neuronscope.compilation_suspected"] = True
     if raw.get("explorer_command"):
         attrs["neuronscope.raw.explorer_command"] = _cap(raw["explorer_command"])
+    attrs.update(neuron_device_attributes(raw))
     if run.warnings:
         attrs["neuronscope.warnings"] = [_cap(w) for w in run.warnings[:16]]
+    return attrs
+
+
+#: Neuron Explorer metrics (manifest["neuron"]["explorer"]["metrics"]) put on the root span
+_NEURON_METRICS = (
+    "total_time_s", "mfu_percent", "hfu_percent", "mbu_percent", "dma_mbu_percent", "dma_active_time_s",
+    "dma_active_percent", "cc_active_percent", "hbm_read_bytes", "spill_reload_bytes", "throttle_active_percent",
+)
+
+
+def neuron_device_attributes(neuron: dict[str, Any]) -> dict[str, Any]:
+    """``neuronscope.neuron.*`` root-span attributes: Explorer's device metrics and insight
+    rules, the system profile's host memory / CPU facts, dropped trace events."""
+    attrs: dict[str, Any] = {}
+    explorer = neuron.get("explorer") if isinstance(neuron.get("explorer"), dict) else {}
+    metrics = explorer.get("metrics") if isinstance(explorer.get("metrics"), dict) else {}
+    for key in _NEURON_METRICS:
+        if isinstance(metrics.get(key), (int, float)):
+            attrs[f"neuronscope.neuron.{key}"] = metrics[key]
+    for engine, pct in (metrics.get("engine_active_percent") or {}).items():
+        attrs[f"neuronscope.neuron.engine_active_percent.{engine}"] = pct
+    findings = [f for f in explorer.get("findings") or () if isinstance(f, dict)]
+    if findings:
+        attrs["neuronscope.neuron.findings"] = [_cap(str(f.get("rule"))) for f in findings[:16]]
+        attrs["neuronscope.neuron.findings.us_at_stake"] = [float(f.get("us_at_stake") or 0) for f in findings[:16]]
+    system = neuron.get("system_profile") if isinstance(neuron.get("system_profile"), dict) else {}
+    if "max_bytes" in (system.get("host_memory") or {}):
+        attrs["neuronscope.neuron.host_memory.max_bytes"] = system["host_memory"]["max_bytes"]
+    if "mean_percent" in (system.get("cpu_util") or {}):
+        attrs["neuronscope.neuron.cpu_util.mean_percent"] = system["cpu_util"]["mean_percent"]
+    dropped = neuron.get("dropped_events")
+    if isinstance(dropped, dict) and dropped.get("dropped"):
+        attrs["neuronscope.neuron.dropped_events"] = int(dropped["dropped"])
     return attrs
 
 
