@@ -216,7 +216,7 @@ def read_summary_file(path: str | Path) -> list[dict[str, Any]]:
         try:
             import pyarrow.parquet as pq  # optional: only to read Explorer's default output
         except ImportError as exc:
-            raise ValueError(f"{p}: reading Explorer's Parquet output needs pyarrow (pip install "neuronscope[neuron]")") from exc
+            raise ValueError(f"{p}: reading Explorer's Parquet output needs pyarrow (pip install 'neuronscope[neuron]')") from exc
         return parse_summary(pq.read_table(p).to_pylist())
     return parse_summary(_json_in(p.read_text(encoding="utf-8", errors="replace")))
 
