@@ -20,6 +20,7 @@ EXPECTED = {
     "TraceLoadError",
     "__version__",
     "configure",
+    "diagnose",
     "export_run",
     "flush",
     "last_run",
@@ -28,6 +29,7 @@ EXPECTED = {
     "profile_neuron",
     "region",
     "stats",
+    "step",
     "summarize",
 }
 

@@ -51,6 +51,7 @@ _LAZY = {
     "Trace": ".trace.model",
     "TraceLoadError": ".errors",
     "configure": ".api",
+    "diagnose": ".api",
     "export_run": ".api",
     "flush": ".api",
     "last_run": ".api",
@@ -59,6 +60,7 @@ _LAZY = {
     "profile_neuron": ".capture.profile",
     "region": ".capture.region",
     "stats": "._stats",
+    "step": ".capture.steps",
     "summarize": ".analysis.summary",
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _config
-from .errors import ConfigurationError
+from .errors import ConfigurationError, TraceLoadError
 from ._run import Run
 from ._worker import flush_all
 from .capture.processing import add_sink
@@ -20,7 +20,7 @@ from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
-__all__ = ["configure", "export_run", "flush", "last_run", "load_run", "load_trace"]
+__all__ = ["configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace"]
 
 log = logging.getLogger("neuronscope")
 
@@ -153,6 +153,43 @@ def last_run() -> Run | None:
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Load a Kineto ``trace.json`` / ``.json.gz`` (or a run directory) into a :class:`Trace`."""
     return _load_trace(path)
+
+
+def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
+    """Why a run is slow: a :class:`~neuronscope.Diagnosis` of a run directory, any Kineto
+    ``trace.json(.gz)``, a :class:`Run` or a :class:`Trace`.
+
+        d = ns.diagnose("neuronscope-runs/train-.../")
+        print(d)                   # the verdict lines
+        d.bound_by, d.device_busy_pct, d.findings[0].message
+
+    A run's own diagnosis (computed when it was profiled, saved in summary.json) is returned
+    as is; ``gap_threshold_us`` (default 50) recomputes it from the trace.
+    """
+    from .analysis.diagnosis import DEFAULT_GAP_THRESHOLD_US, diagnose_trace
+    from .analysis.summary import summarize
+    from .trace.model import Trace as _Trace
+
+    threshold = DEFAULT_GAP_THRESHOLD_US if gap_threshold_us is None else float(gap_threshold_us)
+    if isinstance(gap_threshold_us, bool) or threshold <= 0:
+        raise ConfigurationError(f"diagnose(gap_threshold_us={gap_threshold_us!r}): use a positive number of microseconds")
+    facts: dict[str, Any] = {}
+    if isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        source = _load_run(p) if (p / "manifest.json").is_file() else _load_trace(p)
+    if isinstance(source, Run):
+        if gap_threshold_us is None and source.diagnosis is not None:
+            return source.diagnosis
+        facts = dict(source.manifest)
+        trace = source.trace
+        if trace is None:
+            raise TraceLoadError(f"{source.path or source.name}: no trace saved with this run; nothing to diagnose")
+        summary = source.summary
+    elif isinstance(source, _Trace):
+        trace, summary = source, None
+    else:
+        raise TypeError(f"diagnose() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
+    return diagnose_trace(trace, summary=summary or summarize(trace), facts=facts, gap_threshold_us=threshold)
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:

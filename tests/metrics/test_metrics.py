@@ -65,7 +65,7 @@ def test_names_units_and_attributes(reader, xw):
     # Every run is diagnosed: its device utilization and verdict are recorded (no steps here, so no step times).
     d = run.diagnosis
     assert d is not None and d.steps is None
-    (util,) = _points(got[m.DEVICE_UTILIZATION], "m")
+    (util,) = _points(got[m.DEVICE_BUSY], "m")
     assert util.sum == pytest.approx(d.device_busy_pct / 100) and util.count == 1
     (verdict,) = _points(got[m.DIAGNOSIS_RUNS], "m")
     assert verdict.attributes["neuronscope.bound_by"] == d.bound_by and verdict.value == 1
@@ -105,7 +105,7 @@ def test_diagnosis_metrics_read_run_diagnosis(reader, xw):
     finally:
         processing.remove_sink(attach)
     got = reader.metrics()
-    util = got[m.DEVICE_UTILIZATION]
+    util = got[m.DEVICE_BUSY]
     assert util.unit == "1"
     (p,) = util.data.data_points
     assert p.count == 3 and p.sum == pytest.approx(0.725 + 0.95 + 0.10) and p.max == pytest.approx(0.95)

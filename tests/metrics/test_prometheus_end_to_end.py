@@ -214,7 +214,7 @@ def test_diagnosis_metrics(live):
     diagnoses = work.diagnoses
     assert len(diagnoses) == ROUNDS * 2
     sel = '{neuronscope_profile_name="diagnosed"}'
-    mean = _value(_at_end(prom, work, f"neuronscope_device_utilization_sum{sel} / neuronscope_device_utilization_count{sel}")[0])
+    mean = _value(_at_end(prom, work, f"neuronscope_device_busy_sum{sel} / neuronscope_device_busy_count{sel}")[0])
     assert mean == pytest.approx(sum(d.device_busy_pct for d in diagnoses) / 100 / len(diagnoses), rel=1e-9)
     bound = {s["metric"]["neuronscope_bound_by"]: _value(s) for s in _at_end(prom, work, f"neuronscope_diagnosis_runs_total{sel}")}
     expected: dict[str, int] = {}
@@ -237,7 +237,7 @@ def test_diagnosis_metrics(live):
 def test_every_profiled_run_records_its_diagnosis_and_runs_with_steps_their_step_times(live):
     prom, work = live
     profiled = set(work.runs)
-    for metric in ("neuronscope_device_utilization_count", "neuronscope_diagnosis_runs_total"):
+    for metric in ("neuronscope_device_busy_count", "neuronscope_diagnosis_runs_total"):
         names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, metric)}
         assert names == profiled, metric
     with_steps = {name for name, runs in work.runs.items() if any(r.diagnosis.steps for r in runs)}
@@ -331,5 +331,5 @@ def test_dashboard_queries_use_the_exporters_real_names(live):
     assert used == set(PROMETHEUS_NAMES.values())
     # ... and each is a series Prometheus scraped from the exporter under exactly that name
     for name in used:
-        suffix = "_count" if name.endswith("_seconds") or name == "neuronscope_device_utilization" else ""
+        suffix = "_count" if name.endswith("_seconds") or name == "neuronscope_device_busy" else ""
         assert _at_end(prom, work, f'{name}{suffix}{{job="{JOB}"}}'), name

@@ -319,7 +319,7 @@ def _print_script_traceback(tb: TracebackType | None, script_file: str, exc: Bas
 def _print_summary(run_obj, top: int, output_file: str | None) -> None:
     """The summary on stdout after the script's own output (or into ``output_file``)."""
     from ..report.sources import Source
-    from ..report.terminal import header_renderable, make_console, summary_renderable
+    from ..report.terminal import diagnosis_renderable, header_renderable, make_console, summary_renderable
 
     try:
         sys.stdout.flush()  # the script's output first
@@ -343,11 +343,16 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
             err.print(f"neuronscope: no summary (profile {run_obj.status}: {why})", style="yellow", markup=False)
             return
         run_obj.wait(60)
-        src = Source(label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest))
-        src.diagnosis = run_obj.diagnosis
+        src = Source(
+            label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest),
+            _diagnosis=run_obj.diagnosis,
+        )
         out.rule("neuronscope", style="dim")
         out.print(header_renderable(src))
         out.print()
+        if src.diagnosis is not None:
+            out.print(diagnosis_renderable(src.diagnosis))
+            out.print()
         out.print(summary_renderable(summary, out, top=top or None))
         if run_obj.path is not None:
             out.print(f"run directory: {run_obj.path}", markup=False, soft_wrap=True)

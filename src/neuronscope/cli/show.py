@@ -38,7 +38,8 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
                      "total_device_time_us": float, "op_count": int,
                      "ops": [Op, ...]}, ...],   # always present, by path
         "warnings": [str, ...],
-        "notes": [str, ...]              # e.g. how to open raw Neuron files
+        "notes": [str, ...],             # e.g. how to open raw Neuron files
+        "diagnosis": Diagnosis | null    # why it is slow (see docs/diagnosis.md)
       }
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
@@ -51,11 +52,14 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
     if as_json:
         emit_json(_show_json(src, sort, top))
         return
-    from ..report.terminal import header_renderable, make_console, regions_renderable, summary_renderable
+    from ..report.terminal import diagnosis_renderable, header_renderable, make_console, regions_renderable, summary_renderable
 
     console = make_console()
     console.print(header_renderable(src))
     console.print()
+    if src.diagnosis is not None:
+        console.print(diagnosis_renderable(src.diagnosis))
+        console.print()
     console.print(summary_renderable(summary, console, top=top or None, sort=sort))
     if by_region:
         console.print()
@@ -90,4 +94,5 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "regions": regions,
         "warnings": list(s.warnings),
         "notes": list(s.notes),
+        "diagnosis": src.diagnosis.to_dict() if src.diagnosis is not None else None,
     }

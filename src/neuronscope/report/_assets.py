@@ -36,6 +36,8 @@ svg.chart { display:block; max-width:100%; height:auto; overflow:visible; }
 svg text { font-size:12px; fill:var(--fg); }
 svg text.value, svg text.tick-label { fill:var(--muted); font-size:11px; }
 .tick { stroke:var(--line); stroke-width:1; } .axis { stroke:var(--muted); stroke-width:1; }
+.verdict { font-size:15px; margin:6px 0; } .verdict-line { margin:2px 0; font-size:13px; }
+.dg-busy { fill:var(--accent); } table.findings td.text { text-align:left; } h4 { font-size:13px; margin:12px 0 4px; }
 .tl-bg { fill:var(--panel); } .tl-bin { fill:var(--accent); } .tl-region .tl-event { opacity:.75; }
 .region-bar { fill:var(--region); } .region-wall { fill:var(--wall); }
 .diff-bar.worse { fill:var(--worse); } .diff-bar.better { fill:var(--better); }

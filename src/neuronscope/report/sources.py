@@ -35,9 +35,27 @@ class Source:
     summary: Summary
     path: Path | None = None  #: run directory or trace file
     manifest: dict[str, Any] = field(default_factory=dict)
-    diagnosis: Any = None  #: the run's Diagnosis, when known
     _trace: Trace | None = None
     _trace_loader: Callable[[], Trace | None] | None = None
+    _diagnosis: Any = None
+    _diagnosis_tried: bool = False
+
+    @property
+    def diagnosis(self) -> Any:
+        """The :class:`~neuronscope.Diagnosis`: the run's saved one, else computed from the
+        trace (None when there is neither)."""
+        if self._diagnosis is None and not self._diagnosis_tried:
+            self._diagnosis_tried = True
+            trace = self.trace
+            if trace is not None:
+                from ..analysis.diagnosis import diagnose_trace
+
+                self._diagnosis = diagnose_trace(trace, summary=self.summary, facts=dict(self.manifest))
+        return self._diagnosis
+
+    @diagnosis.setter
+    def diagnosis(self, value: Any) -> None:
+        self._diagnosis, self._diagnosis_tried = value, True
 
     @property
     def device(self) -> str:
@@ -114,6 +132,7 @@ def _from_run(run: Run) -> Source:
         path=run.path,
         manifest=dict(run.manifest),
         _trace_loader=load,
+        _diagnosis=run._diagnosis,
     )
 
 

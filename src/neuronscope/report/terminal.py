@@ -178,6 +178,28 @@ def header_renderable(source: Source) -> Text:
     return text
 
 
+_VERDICT_STYLE = {"device": "green", "host": "yellow", "launch": "yellow", "sync": "red", "data": "yellow", "compile": "magenta"}
+
+
+def diagnosis_renderable(diagnosis: Any, *, findings: int = 3) -> Text:
+    """The verdict lines, then the top findings with the time at stake."""
+    from .diagnosis_text import finding_line
+
+    text = Text()
+    lines = diagnosis.headline()
+    style = _VERDICT_STYLE.get(diagnosis.bound_by, "bold")
+    for i, line in enumerate(lines):
+        if i:
+            text.append("\n")
+        text.append(line, style=f"bold {style}" if i == 0 else "")
+    rest = list(diagnosis.findings[1 : 1 + max(findings - 1, 0)])
+    for f in rest:
+        text.append("\n  • " + finding_line(f), style="dim" if f.severity == "low" else "")
+    for note in diagnosis.notes:
+        text.append(f"\n  note: {note}", style="dim")
+    return text
+
+
 def summary_renderable(
     summary: Summary,
     console: Console,

@@ -234,9 +234,17 @@ def load_run(path: str | os.PathLike[str]):
     summary_file = p / "summary.json"
     if summary_file.is_file():
         try:
-            run._summary = Summary.from_json(summary_file.read_text(encoding="utf-8"))
+            data = json.loads(summary_file.read_text(encoding="utf-8"))
+            run._summary = Summary.from_dict(data)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise TraceLoadError(f"{summary_file}: unreadable summary: {exc!r}") from exc
+        if isinstance(data.get("diagnosis"), dict):
+            from ..analysis.diagnosis.model import Diagnosis
+
+            try:
+                run._diagnosis = Diagnosis.from_dict(data["diagnosis"])
+            except (ValueError, TypeError, KeyError) as exc:  # an older or damaged diagnosis: recomputed on demand
+                run.warnings.append(f"unreadable diagnosis in {summary_file}: {exc!r}")
     elif (p / "trace.json.gz").is_file() or (p / "trace.json").is_file():
         from ..analysis.summary import summarize
         from ..trace.chrome import load_trace

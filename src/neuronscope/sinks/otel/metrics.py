@@ -58,7 +58,7 @@ _MAX_LABEL_CHARS = 256
 OP_DEVICE_TIME = "neuronscope.op.device_time"
 PROFILE_DURATION = "neuronscope.profile.duration"
 PROFILE_CALLS = "neuronscope.profile.calls"
-DEVICE_UTILIZATION = "neuronscope.device.utilization"
+DEVICE_BUSY = "neuronscope.device.busy"
 DIAGNOSIS_RUNS = "neuronscope.diagnosis.runs"
 STEP_DURATION = "neuronscope.step.duration"
 
@@ -68,7 +68,7 @@ PROMETHEUS_NAMES = {
     OP_DEVICE_TIME: "neuronscope_op_device_time_seconds",
     PROFILE_DURATION: "neuronscope_profile_duration_seconds",
     PROFILE_CALLS: "neuronscope_profile_calls_total",
-    DEVICE_UTILIZATION: "neuronscope_device_utilization",
+    DEVICE_BUSY: "neuronscope_device_busy",
     DIAGNOSIS_RUNS: "neuronscope_diagnosis_runs_total",
     STEP_DURATION: "neuronscope_step_duration_seconds",
 }
@@ -124,7 +124,7 @@ def instruments_for(meter_provider: Any) -> _Instruments:
         )
         duration = _histogram(meter, PROFILE_DURATION, "s", "Wall-clock duration of profiled calls", DURATION_BUCKETS_S)
         utilization = _histogram(
-            meter, DEVICE_UTILIZATION, "1", "Fraction of a profiled call's window the device was busy", UTILIZATION_BUCKETS
+            meter, DEVICE_BUSY, "1", "Fraction of a profiled call's window the device was busy", UTILIZATION_BUCKETS
         )
         step_time = _histogram(meter, STEP_DURATION, "s", "Wall-clock duration of the steps of profiled calls", DURATION_BUCKETS_S)
         diagnosis_runs = meter.create_counter(
