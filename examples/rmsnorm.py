@@ -37,9 +37,9 @@ def profile_variant(name: str, fn, x, weight, steps: int, warmup: int, output_di
     for _ in range(warmup):  # the first calls compile (torch.compile, and NEFFs on Neuron)
         fn(x, weight)
     with ns.profile_neuron(name=name, output_dir=output_dir) as run:
-        with ns.region(name):
-            for _ in range(steps):
-                fn(x, weight)
+        for _ in range(steps):
+            fn(x, weight)
+            ns.step()  # one step per call: per-step times in the diagnosis
     return run
 
 
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{name}] skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
         print(f"\n=== {name} ({args.steps} steps, x={tuple(x.shape)}) ===")
+        print(runs[name].diagnosis)  # the verdict: busy %, what bound it, the top finding
         print(runs[name].summary.table(limit=8))
 
     print("\n=== comparison ===")
@@ -82,18 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         top_txt = f"{s.label(top.name)} x{top.calls} ({top.device_pct:.1f}%)" if top else "-"
         print(f"{name:<22} {total_ms:>10.3f}ms {total_ms / args.steps:>8.3f}ms {len(s):>5}  {top_txt}")
     if "naive" in runs and "torch.compile(naive)" in runs:
-        from neuronscope.analysis.diff import diff_summaries
-        from neuronscope.report.text import format_us
+        from neuronscope.analysis.diff import diff_summaries, explain_diff
 
-        d = diff_summaries(runs["naive"].summary, runs["torch.compile(naive)"].summary)
-        pct = d.total.pct
-        print(f"\n=== diff: naive -> torch.compile(naive) ===  (also: neuronscope diff {runs['naive'].path} "
-              f"{runs['torch.compile(naive)'].path})")
-        print(f"total device time {format_us(d.total.a)} -> {format_us(d.total.b)}"
-              + (f" ({pct:+.1f}%)" if pct is not None else ""))
-        for op in d.ops[:6]:
-            t = op.self_device_time_us
-            print(f"  {d.label(op.name)[:48]:<48} {format_us(t.a):>11} -> {format_us(t.b):>11}  [{op.presence}]")
+        a, b = runs["naive"], runs["torch.compile(naive)"]
+        print(f"\n=== diff: naive -> torch.compile(naive) ===  (also: neuronscope diff {a.path} {b.path})")
+        why = explain_diff(a.summary, b.summary, a.diagnosis, b.diagnosis)  # wall time, by op and idle class
+        print("\n".join(why.lines(top=6, labels=diff_summaries(a.summary, b.summary).labels)))
     print(f"\nrun directories: {', '.join(str(r.path) for r in runs.values())}")
     return 0
 

@@ -5,6 +5,10 @@
     d.ops[0]                         # the op whose self device time changed most (either way)
     d.regressions(5.0, ops=["aten::mm"])   # total and aten::mm, where they grew more than 5 %
 
+``explain_diff`` goes further with the two runs' diagnoses: it splits the change in *wall
+time* exactly into ops (their share of busy time) and idle classes (host_wait, launch,
+sync, ...), largest first, summing to the total change.
+
 Ops are matched by name, regions by path. "A" is the baseline, "B" the candidate; a
 positive delta means B is slower. Percentages are relative to A and are ``None`` when A is
 zero (an op that only B has cannot be expressed as a percentage of nothing).
@@ -19,7 +23,18 @@ from typing import Any, Literal
 
 from .summary import OpStats, Summary
 
-__all__ = ["DIFF_SCHEMA_VERSION", "Delta", "OpDelta", "RegionDelta", "Regression", "SummaryDiff", "diff_summaries"]
+__all__ = [
+    "DIFF_SCHEMA_VERSION",
+    "Contribution",
+    "Delta",
+    "Explanation",
+    "OpDelta",
+    "RegionDelta",
+    "Regression",
+    "SummaryDiff",
+    "diff_summaries",
+    "explain_diff",
+]
 
 #: Version of :meth:`SummaryDiff.to_dict`'s layout; bumped on any incompatible change.
 DIFF_SCHEMA_VERSION = 1
@@ -237,3 +252,102 @@ def diff_summaries(a: Summary, b: Summary) -> SummaryDiff:
         regions=tuple(regions),
         labels={**a.labels, **b.labels},
     )
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One part of the change in wall time: an op's share of busy time, or an idle class."""
+
+    kind: Literal["op", "idle"]
+    name: str  #: op name, or the idle class (``host_wait``, ``launch``, ...)
+    a_us: float
+    b_us: float
+
+    @property
+    def delta_us(self) -> float:
+        return self.b_us - self.a_us
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "a_us": _r(self.a_us, 3), "b_us": _r(self.b_us, 3), "delta_us": _r(self.delta_us, 3)}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why B's wall time differs from A's, exactly: the window is busy time plus idle time by
+    class; busy time is split over the ops by their share of self device time. The
+    contributions (largest change first) sum to ``delta_us``."""
+
+    a_us: float  #: A's run window (the profiled wall time)
+    b_us: float
+    contributions: tuple[Contribution, ...]
+    #: per-step view when both runs have steps: (count, p50 us) of A and of B
+    steps: dict[str, Any] | None = None
+    regions: tuple[RegionDelta, ...] = ()  #: regions whose wall time changed most (context, not part of the sum)
+
+    @property
+    def delta_us(self) -> float:
+        return self.b_us - self.a_us
+
+    def lines(self, top: int = 8, labels: dict[str, str] | None = None) -> list[str]:
+        from ..report.text import format_us
+        from .names import display_name
+
+        sign = "slower" if self.delta_us > 0 else "faster"
+        pct = f" ({100 * self.delta_us / self.a_us:+.1f}%)" if self.a_us else ""
+        out = [f"B is {format_us(abs(self.delta_us))} {sign} than A{pct}: {format_us(self.a_us)} -> {format_us(self.b_us)}"]
+        for c in self.contributions[:top]:
+            what = display_name(c.name, labels) if c.kind == "op" else f"idle: {c.name}"
+            out.append(f"  {c.delta_us / 1e3:+10.3f} ms  {what}  ({format_us(c.a_us)} -> {format_us(c.b_us)})")
+        rest = sum(c.delta_us for c in self.contributions[top:])
+        if len(self.contributions) > top:
+            out.append(f"  {rest / 1e3:+10.3f} ms  {len(self.contributions) - top} more")
+        if self.steps:
+            s = self.steps
+            out.append(
+                f"  steps: {s['a_count']} -> {s['b_count']}, p50 {format_us(s['a_p50_us'])} -> {format_us(s['b_p50_us'])}"
+                f" ({(s['b_p50_us'] - s['a_p50_us']) / 1e3:+.3f} ms per step)"
+            )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "a_us": _r(self.a_us, 3),
+            "b_us": _r(self.b_us, 3),
+            "delta_us": _r(self.delta_us, 3),
+            "contributions": [c.to_dict() for c in self.contributions],
+            "steps": self.steps,
+            "regions": [r.to_dict() for r in self.regions],
+        }
+
+
+def explain_diff(a: Summary, b: Summary, diag_a: Any, diag_b: Any) -> Explanation:
+    """Attribute the change in wall time from A to B to ops and idle classes (see :class:`Explanation`)."""
+
+    def parts(summary: Summary, d: Any) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        total = summary.total_device_time_us
+        for r in summary.rows:
+            if total > 0 and r.self_device_time_us:
+                out[("op", r.name)] = d.device_busy_us * r.self_device_time_us / total
+        if total <= 0 and d.device_busy_us:
+            out[("op", "(device work)")] = d.device_busy_us
+        for cls, us in d.idle_us_by_class.items():
+            out[("idle", cls)] = us
+        return out
+
+    pa, pb = parts(a, diag_a), parts(b, diag_b)
+    contributions = [
+        Contribution(kind, name, pa.get((kind, name), 0.0), pb.get((kind, name), 0.0)) for kind, name in pa.keys() | pb.keys()
+    ]
+    contributions = [c for c in contributions if c.a_us or c.b_us]
+    contributions.sort(key=lambda c: (-abs(c.delta_us), c.kind, c.name))
+    steps = None
+    if diag_a.steps is not None and diag_b.steps is not None:
+        steps = {
+            "a_count": diag_a.steps.count,
+            "b_count": diag_b.steps.count,
+            "a_p50_us": round(diag_a.steps.p50_us, 3),
+            "b_p50_us": round(diag_b.steps.p50_us, 3),
+        }
+    regions = tuple(sorted(diff_summaries(a, b).regions, key=lambda r: -abs(r.wall_time_us.delta))[:5])
+    return Explanation(a_us=diag_a.window_us, b_us=diag_b.window_us, contributions=tuple(contributions), steps=steps, regions=regions)

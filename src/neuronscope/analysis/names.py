@@ -43,7 +43,8 @@ def compiled_functions() -> dict[str, str]:
         for m in get_compilation_metrics():
             cid, name = getattr(m, "compile_id", None), getattr(m, "co_name", None)
             if cid and name:
-                where = f"{getattr(m, 'co_filename', '?')}:{getattr(m, 'co_firstlineno', '?')}"
+                filename = str(getattr(m, "co_filename", "?")).replace("\\", "/").rsplit("/", 1)[-1]
+                where = f"{filename}:{getattr(m, 'co_firstlineno', '?')}"
                 out[str(cid)] = f"{name} ({where})"
         return out
     except Exception:  # noqa: BLE001 - an internal torch API: names are a nicety

@@ -58,6 +58,10 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         "regions": [{"path": str, "presence": str, "occurrences": D,
                      "wall_time_us": D, "device_time_us": D}, ...],
         "only_in_a": [str], "only_in_b": [str],
+        "explanation": null | {"a_us": num, "b_us": num, "delta_us": num,   # wall time
+                               "contributions": [{"kind": "op"|"idle", "name": str,
+                                                  "a_us": num, "b_us": num, "delta_us": num}, ...],
+                               "steps": null | {...}, "regions": [...]},   # contributions sum to delta_us
         "gate": null | {"fail_if_slower_pct": float, "ops": [str],
                         "passed": bool,
                         "regressions": [{"what": "total"|"op", "name": str,
@@ -79,6 +83,11 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
             param_hint="'--op'",
         )
     regressions = d.regressions(fail_pct, ops) if fail_pct is not None else []
+    explanation = None
+    if src_a.diagnosis is not None and src_b.diagnosis is not None:
+        from ..analysis.diff import explain_diff
+
+        explanation = explain_diff(src_a.summary, src_b.summary, src_a.diagnosis, src_b.diagnosis)
 
     if as_json:
         data: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "a": source_json(src_a), "b": source_json(src_b)}
@@ -88,6 +97,7 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         data["op_count"] = len(d.ops)
         data["top"] = top
         data["ops"] = data["ops"][:top] if top else data["ops"]
+        data["explanation"] = explanation.to_dict() if explanation is not None else None
         data["gate"] = (
             None
             if fail_pct is None
@@ -105,6 +115,11 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         console = make_console()
         labels = (f"{src_a.label}  {src_a.path or ''}".rstrip(), f"{src_b.label}  {src_b.path or ''}".rstrip())
         console.print(diff_renderable(d, console, top=top or None, by_region=by_region, labels=labels))
+        if explanation is not None:
+            console.print()
+            console.print("[bold]Why:[/bold] where the wall time went (busy time by op, idle time by class)")
+            for line in explanation.lines(top=top or 8, labels=d.labels):
+                console.print(line, markup=False, soft_wrap=True)
     if fail_pct is not None:
         err = make_err_console()
         if regressions:

@@ -36,12 +36,23 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
 
         def column(getter: Any) -> np.ndarray:
             # straight into int64, no list of Python ints in between (memory: ~40 B/event/column)
-            return np.fromiter(map(getter, events), dtype=np.int64, count=n)
+            try:
+                return np.fromiter(map(getter, events), dtype=np.int64, count=n)
+            except (OverflowError, ValueError, TypeError):
+                return np.fromiter((_safe_int(getter, e) for e in events), dtype=np.int64, count=n)
 
         name_table: dict[str, int] = {}
-        name_id = np.fromiter(
-            (name_table.setdefault(s, len(name_table)) for s in map(K.name, events)), dtype=np.int64, count=n
-        )
+        try:
+            name_id = np.fromiter(
+                (name_table.setdefault(s, len(name_table)) for s in map(K.name, events)), dtype=np.int64, count=n
+            )
+        except UnicodeDecodeError:
+            # torch's Python tracer can hand out a frame name it no longer owns (seen with
+            # with_stack=True: "_cupti_monitor.py(0): <garbage>"): keep the event, not the garbage
+            name_table.clear()
+            name_id = np.fromiter(
+                (name_table.setdefault(_safe_name(e), len(name_table)) for e in events), dtype=np.int64, count=n
+            )
         cat_table: dict[str, int] = {"": 0}
         category = np.fromiter(
             (cat_table.setdefault(s, len(cat_table)) for s in map(K.activity_type, events)), dtype=np.int64, count=n
@@ -88,6 +99,24 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _safe_int(getter: Any, event: Any) -> int:
+    try:
+        v = int(getter(event))
+    except (OverflowError, ValueError, TypeError):
+        return 0
+    return v if -_INT64_MAX <= v <= _INT64_MAX else 0
+
+
+def _safe_name(event: Any) -> str:
+    try:
+        return event.name()
+    except UnicodeDecodeError:
+        return "<undecodable name>"
 
 
 def _recorded_inputs(events: Any, names: tuple[str, ...], name_id: np.ndarray) -> dict[int, tuple[list, list]]:

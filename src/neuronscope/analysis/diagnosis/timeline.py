@@ -284,6 +284,7 @@ def gap_details(tl: Timeline, k: int) -> tuple[tuple[tuple[str, float], ...], st
     overlaps: dict[str, int] = {}
     source = None
     best_start = -1
+    span = max(b - a, 1)
     for i in cand.tolist():
         name = trace.names[int(trace.name_id[i])]
         ov = min(int(end[i]), b) - max(int(trace.start_ns[i]), a)
@@ -291,8 +292,9 @@ def gap_details(tl: Timeline, k: int) -> tuple[tuple[tuple[str, float], ...], st
             continue
         if int(trace.kind[i]) == EventKind.PYTHON:
             frame = user_frame(name)
-            if frame is not None and int(trace.start_ns[i]) > best_start:
-                source, best_start = frame, int(trace.start_ns[i])  # the innermost user frame
+            # the innermost user frame that was running for most of the gap
+            if frame is not None and 2 * ov >= span and int(trace.start_ns[i]) > best_start:
+                source, best_start = frame, int(trace.start_ns[i])
             continue
         overlaps[name] = overlaps.get(name, 0) + ov
     top = tuple((n, ns / 1e3) for n, ns in sorted(overlaps.items(), key=lambda kv: -kv[1])[:3])

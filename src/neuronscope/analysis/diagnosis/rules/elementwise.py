@@ -5,7 +5,8 @@ add, rsqrt, mul, mul — each reading and writing the whole tensor (and, on a de
 launch). A fused op (``torch.rms_norm``) or ``torch.compile`` does it in one pass.
 
 A chain is a run of at least 3 elementwise ops (reductions allowed in between) among the
-top-level ops of the main thread, back to back (each gap below the gap threshold). Ops
+top-level ops of the main thread, with no other op between them; a loop's back-to-back
+repetitions are cut into their repeating unit. Ops
 inside another op (``torch.rms_norm``'s own decomposition) or inside a compiled graph are
 not top-level, so they never match. Time at stake: the chain's device time beyond its most
 expensive op (a fused kernel costs about one pass), plus the dispatch gaps between its ops.
@@ -36,7 +37,8 @@ def elementwise_chain(ctx: Context) -> list:
     gap = np.empty(top.size, dtype=np.int64)
     gap[0] = np.iinfo(np.int64).max
     gap[1:] = start[1:] - end[:-1]
-    begins = member & (~np.concatenate(([False], member[:-1])) | (gap >= tl.threshold_ns))
+    # a chain: consecutive top-level ops, all elementwise or reductions (whatever the gaps)
+    begins = member & ~np.concatenate(([False], member[:-1]))
     run_id = np.cumsum(begins) - 1
     run_id[~member] = -1
     chains: dict[tuple[int, ...], dict] = {}
@@ -60,7 +62,8 @@ def elementwise_chain(ctx: Context) -> list:
             c["count"] += 1
             c["dev"] += int(dev.sum())
             c["max"] += int(dev.max())
-            c["gaps"] += int(gap[u_lo + 1 : u_hi].clip(min=0).sum())
+            # fusing saves the dispatch between the ops, not the host's other work in a long gap
+            c["gaps"] += int(gap[u_lo + 1 : u_hi].clip(min=0, max=tl.threshold_ns).sum())
             if len(c["first"]) < 50:
                 c["first"].append(int(top[u_lo]))
     out = []

@@ -227,8 +227,12 @@ def conv_bias_before_bn(ctx: Context) -> list:
         return []
     hits = []
     for kids in tree.children.values():
-        for a, b in zip(kids, kids[1:]):
-            if tree.name[a] in convs and tree.name[b] == "aten::batch_norm":
+        for k, a in enumerate(kids):
+            if tree.name[a] not in convs:
+                continue
+            # the next op that is not BatchNorm's own bookkeeping (num_batches_tracked.add_)
+            b = next((j for j in kids[k + 1 : k + 4] if tree.name[j] != "aten::add_"), None)
+            if b is not None and tree.name[b] == "aten::batch_norm":
                 shapes = recorded.get(int(tree.pos[a]), ([], []))[0]
                 if len(shapes) >= 3 and shapes[2]:
                     hits.append(a)
