@@ -153,3 +153,19 @@ def test_diagnosis_round_trips_through_json():
     d = diagnose_trace(every_class_trace().build(), serial=1)
     back = type(d).from_dict(json.loads(json.dumps(d.to_dict())))
     assert back.to_dict() == d.to_dict()
+
+
+def test_committed_emulated_neuron_trace_offline():
+    trace = ns.load_trace(Path(__file__).resolve().parents[1] / "data" / "emulated_neuron_rmsnorm.trace.json.gz")
+    d = ns.diagnose(trace)
+    assert d.device == "neuron" and d.timeline == "device"
+    kernels = sorted(e for e in trace if e.kind == ns.EventKind.DEVICE)
+    busy, reach = 0, 0
+    for e in sorted(kernels, key=lambda e: e.start_ns):
+        s, t = e.start_ns, e.start_ns + e.duration_ns
+        if t > max(s, reach):
+            busy += t - max(s, reach)
+            reach = max(reach, t)
+    assert d.device_busy_us == pytest.approx(busy / 1e3)
+    assert sum(d.idle_us_by_class.values()) == pytest.approx(d.device_idle_us)
+    assert d.finding("neuron_schedule_gap") is None  # the emulator starts executions as scheduled

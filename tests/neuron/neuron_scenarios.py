@@ -88,6 +88,8 @@ def scenario_full_path(work: Path) -> dict:
         "spans": span_dicts(exporter),
         "warnings": run.warnings,
         "notes": list(run.summary.notes),
+        "diagnosis": run.diagnosis.to_dict(),
+        "kernels": [[e.start_ns, e.duration_ns] for e in run.trace if e.kind == ns.EventKind.DEVICE],
     }
 
 

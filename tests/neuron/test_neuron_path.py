@@ -249,3 +249,26 @@ def test_environment_capture_is_refused_with_a_clear_message(tmp_path):
 
 def test_auto_detects_neuron(tmp_path):
     assert run_scenario("cpu_only_sees_neuron_as_auto", tmp_path) == {"auto": "neuron", "explicit": "neuron"}
+
+
+def test_the_diagnosis_reads_the_neuroncore_lane(full):
+    """On the emulated device, busy time is the union of the NeuronCore executions; the
+    root span carries the verdict."""
+    d = full["diagnosis"]
+    assert d["device"] == "neuron" and d["timeline"] == "device"
+    lo, hi = d["window_start_ns"], d["window_end_ns"]
+    intervals = sorted((max(s, lo), min(s + n, hi)) for s, n in full["kernels"])
+    busy, reach = 0, lo
+    for s, e in intervals:
+        if e > max(s, reach):
+            busy += e - max(s, reach)
+            reach = max(reach, e)
+    assert d["device_busy_us"] == pytest.approx(busy / 1e3, abs=0.01)
+    assert d["device_busy_us"] + d["device_idle_us"] == pytest.approx((hi - lo) / 1e3, abs=0.01)
+    assert sum(d["idle_us_by_class"].values()) == pytest.approx(d["device_idle_us"], abs=0.01)
+    assert d["bound_by"] in ("device", "host", "launch", "sync", "data", "compile")
+    root = next(s for s in full["spans"] if s["parent"] is None)
+    assert root["attributes"]["neuronscope.bound_by"] == d["bound_by"]
+    assert root["attributes"]["neuronscope.device_busy_pct"] == pytest.approx(d["device_busy_pct"], abs=0.01)
+    # the naive RMSNorm's chain is found on the device too
+    assert "elementwise_chain" in [f["rule"] for f in d["findings"]]

@@ -34,65 +34,79 @@ def elementwise_chain(ctx: Context) -> list:
     member = ew | red
     start = trace.start_ns[top]
     end = start + trace.duration_ns[top]
-    gap = np.empty(top.size, dtype=np.int64)
-    gap[0] = np.iinfo(np.int64).max
-    gap[1:] = start[1:] - end[:-1]
+    gap = np.zeros(top.size, dtype=np.int64)
+    gap[1:] = np.clip(start[1:] - end[:-1], 0, tl.threshold_ns)  # fusing saves dispatch, not other host work
     # a chain: consecutive top-level ops, all elementwise or reductions (whatever the gaps)
-    begins = member & ~np.concatenate(([False], member[:-1]))
-    run_id = np.cumsum(begins) - 1
-    run_id[~member] = -1
-    chains: dict[tuple[int, ...], dict] = {}
-    firsts = np.flatnonzero(begins)
-    for k, lo in enumerate(firsts.tolist()):
-        hi = lo + 1
-        while hi < top.size and run_id[hi] == k:
-            hi += 1
-        if int(ew[lo:hi].sum()) < _MIN_ELEMENTWISE:
-            continue
-        names_run = trace.name_id[top[lo:hi]]
+    edges = np.diff(np.concatenate(([0], member.astype(np.int8), [0])))
+    run_lo, run_hi = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    ew_cum = np.concatenate(([0], np.cumsum(ew)))
+    keep = (ew_cum[run_hi] - ew_cum[run_lo]) >= _MIN_ELEMENTWISE
+    run_lo, run_hi = run_lo[keep], run_hi[keep]
+    if not run_lo.size:
+        return []
+    names = trace.name_id[top]
+    names_list = names.tolist()
+    unit_lo: list[int] = []
+    unit_hi: list[int] = []
+    for lo, hi in zip(run_lo.tolist(), run_hi.tolist()):
         # a loop runs the chain back to back: cut the run into its repeating unit
-        period, phase = _unit(names_run, gap[lo:hi])
-        units = [(u, u + period) for u in range(lo + phase, hi - period + 1, period)] if period else [(lo, hi)]
-        for u_lo, u_hi in units:
-            if int(ew[u_lo:u_hi].sum()) < _MIN_ELEMENTWISE:
-                continue
-            sig = tuple(int(n) for n in trace.name_id[top[u_lo:u_hi]])
-            c = chains.setdefault(sig, {"count": 0, "dev": 0, "max": 0, "gaps": 0, "first": []})
-            dev = tl.top_dev_ns[u_lo:u_hi]
-            c["count"] += 1
-            c["dev"] += int(dev.sum())
-            c["max"] += int(dev.max())
-            # fusing saves the dispatch between the ops, not the host's other work in a long gap
-            c["gaps"] += int(gap[u_lo + 1 : u_hi].clip(min=0, max=tl.threshold_ns).sum())
-            if len(c["first"]) < 50:
-                c["first"].append(int(top[u_lo]))
+        period = _unit(names[lo:hi]) if hi - lo >= 2 * _MIN_ELEMENTWISE else 0
+        if period:
+            starts = range(lo, hi - period + 1, period)
+            unit_lo.extend(starts)
+            unit_hi.extend(u + period for u in starts)
+        else:
+            unit_lo.append(lo)
+            unit_hi.append(hi)
+    ulo, uhi = np.array(unit_lo, dtype=np.int64), np.array(unit_hi, dtype=np.int64)
+    ok = (ew_cum[uhi] - ew_cum[ulo]) >= _MIN_ELEMENTWISE
+    ulo, uhi = ulo[ok], uhi[ok]
+    if not ulo.size:
+        return []
+    dev = tl.top_dev_ns
+    dev_cum = np.concatenate(([0], np.cumsum(dev)))
+    gap_cum = np.concatenate(([0], np.cumsum(gap)))
+    unit_dev = dev_cum[uhi] - dev_cum[ulo]
+    unit_gaps = gap_cum[uhi] - gap_cum[ulo + 1]
+    bounds = np.stack([ulo, uhi], axis=1).reshape(-1)
+    padded = np.append(dev, 0)
+    unit_max = np.maximum.reduceat(padded, bounds)[::2]
+    sigs = [tuple(names_list[lo:hi]) for lo, hi in zip(ulo.tolist(), uhi.tolist())]
+    index: dict[tuple[int, ...], int] = {}
+    which = np.fromiter((index.setdefault(sig, len(index)) for sig in sigs), dtype=np.int64, count=len(sigs))
+    k = len(index)
+    count = np.bincount(which, minlength=k)
+    dev_sum = np.bincount(which, weights=unit_dev, minlength=k)
+    max_sum = np.bincount(which, weights=unit_max, minlength=k)
+    gap_sum = np.bincount(which, weights=unit_gaps, minlength=k)
     out = []
-    for sig, c in chains.items():
-        names = [trace.names[n] for n in sig]
-        at_stake_ns = c["dev"] - c["max"] + c["gaps"]
+    for sig, i in index.items():
+        at_stake_ns = float(dev_sum[i] - max_sum[i] + gap_sum[i])
         if at_stake_ns <= 0:
             continue
-        chain = " → ".join(n.removeprefix("aten::") for n in names)
-        distinct = set(names)
+        op_names = [trace.names[n] for n in sig]
+        chain = " → ".join(n.removeprefix("aten::") for n in op_names)
+        distinct = set(op_names)
         if _RMSNORM <= distinct:
             fix = "use torch.rms_norm (one fused op) or torch.compile the function"
         elif _SOFTMAX <= distinct:
             fix = "use torch.softmax / torch.nn.functional ops, or torch.compile the function"
         else:
             fix = "fuse them: torch.compile the function (or write one fused op)"
-        where = source_of(trace, np.array(c["first"], dtype=np.int64), limit=1)
+        firsts = top[ulo[which == i][:50]]
+        where = source_of(trace, firsts, limit=1)
         at = f" at {where[0]}" if where else ""
-        msg = f"unfused elementwise chain {chain} ran ×{c['count']}{at}: {fix}"
+        occurrences = int(count[i])
         out.append(
             ctx.finding(
                 "elementwise_chain",
-                msg,
+                f"unfused elementwise chain {chain} ran ×{occurrences}{at}: {fix}",
                 at_stake_ns / 1e3,
                 {
-                    "ops": names,
-                    "occurrences": c["count"],
-                    "chain_device_time_us": round(c["dev"] / 1e3, 3),
-                    "between_ops_us": round(c["gaps"] / 1e3, 3),
+                    "ops": op_names,
+                    "occurrences": occurrences,
+                    "chain_device_time_us": round(float(dev_sum[i]) / 1e3, 3),
+                    "between_ops_us": round(float(gap_sum[i]) / 1e3, 3),
                     "locations": where,
                 },
             )
@@ -103,13 +117,12 @@ def elementwise_chain(ctx: Context) -> list:
     return out[:3]
 
 
-def _unit(names: np.ndarray, gaps: np.ndarray, max_period: int = 64) -> tuple[int, int]:
-    """(period, phase) of a run that repeats a unit of ops (0, 0 when it does not): the
-    smallest period matching >= 90 % of the run; units start at the run's start."""
+def _unit(names: np.ndarray, max_period: int = 64) -> int:
+    """The period of a run that repeats a unit of ops (0 when it does not): the smallest one
+    matching >= 90 % of the run. Units start at the run's start (a run begins after a break:
+    another op, or the start of the loop)."""
     n = int(names.size)
-    for p in range(1, min(n // 2, max_period) + 1):
+    for p in range(_MIN_ELEMENTWISE, min(n // 2, max_period) + 1):
         if float((names[:-p] == names[p:]).mean()) >= 0.9:
-            if p < _MIN_ELEMENTWISE:
-                return 0, 0
-            return p, 0  # a run begins after a break (another op, a long gap): at a unit's start
-    return 0, 0
+            return p
+    return 0
