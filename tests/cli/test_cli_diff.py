@@ -135,3 +135,17 @@ def test_diff_gate_in_a_real_process(profiles):
     assert slower.returncode == 1 and "FAIL" in slower.stderr and "Traceback" not in slower.stderr
     same = gate(COMMITTED_TRACE, COMMITTED_TRACE)
     assert same.returncode == 0 and "OK" in same.stderr
+
+
+def test_diff_explains_the_change_in_wall_time(runner, profiles):
+    import json as _json
+
+    result = runner.invoke(cli, ["diff", str(profiles.small), str(profiles.big), "--json"])
+    assert result.exit_code == 0, result.stderr
+    ex = _json.loads(result.stdout)["explanation"]
+    parts = ex["contributions"]
+    assert abs(sum(c["delta_us"] for c in parts) - ex["delta_us"]) < 0.01 * len(parts) + 0.01
+    assert ex["delta_us"] > 0  # big is slower
+    assert abs(parts[0]["delta_us"]) == max(abs(c["delta_us"]) for c in parts)  # largest first
+    text = runner.invoke(cli, ["diff", str(profiles.small), str(profiles.big)], env={"COLUMNS": "150"}).stdout
+    assert "Why:" in text and "B is " in text and "slower than A" in text

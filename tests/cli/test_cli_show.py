@@ -71,7 +71,7 @@ def test_show_json_schema_matches_the_run(runner, profiles):
     assert data["schema_version"] == 1
     assert set(data) == {
         "schema_version", "source", "device", "total_device_time_us", "total_cpu_time_us",
-        "op_count", "sort", "top", "ops", "regions", "warnings", "notes",
+        "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis",
     }  # fmt: skip
     assert data["source"] == {"label": "small", "kind": "run", "path": str(profiles.small), "device": "cpu"}
     assert data["device"] == "cpu" and data["sort"] == "self_device" and data["top"] == 3
@@ -290,3 +290,18 @@ def test_broken_pipe_is_quiet():
     )
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert "Exception ignored" not in proc.stderr
+
+
+def test_show_starts_with_the_diagnosis_and_json_carries_it(runner, profiles):
+    import json as _json
+
+    text = runner.invoke(cli, ["show", str(profiles.small)], env={"COLUMNS": "160"}).stdout
+    head = text.split("Name")[0]
+    assert "busy" in head and "-bound" in head  # the verdict comes before the op table
+    data = _json.loads(runner.invoke(cli, ["show", str(profiles.small), "--json"]).stdout)
+    d = data["diagnosis"]
+    assert d["bound_by"] in ("device", "host", "launch", "sync", "data", "compile")
+    assert abs(sum(d["idle_us_by_class"].values()) - d["device_idle_us"]) < 0.01
+    from neuronscope.analysis.diagnosis import Diagnosis
+
+    assert Diagnosis.from_dict(d).bound_by == d["bound_by"]

@@ -8,8 +8,7 @@
 
 from __future__ import annotations
 
-from neuronscope.capture.session import MARKER_CAPTURE, MARKER_CAPTURE_END
-from neuronscope.trace.kinds import EventKind
+from neuronscope.trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, EventKind
 from neuronscope.trace.model import Trace
 
 US = 1000

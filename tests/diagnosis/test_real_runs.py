@@ -182,3 +182,25 @@ def test_offline_diagnose_of_a_run_directory_and_of_its_trace_agree(xw):
     assert again.device_busy_pct == pytest.approx(run.diagnosis.device_busy_pct, abs=2.0)
     with pytest.raises(ns.ConfigurationError, match="gap_threshold_us"):
         ns.diagnose(run, gap_threshold_us=0)
+
+
+def test_naive_to_compiled_diff_attributes_the_saving(big):
+    from neuronscope.analysis.diff import explain_diff
+
+    x, w = big
+    fn = torch.compile(rmsnorm_naive)
+    for _ in range(2):
+        fn(x, w)
+    runs = {}
+    for name, f in (("naive", rmsnorm_naive), ("compiled", fn)):
+        with ns.profile_neuron(name=name) as run:
+            for _ in range(5):
+                f(x, w)
+        runs[name] = run
+    a, b = runs["naive"], runs["compiled"]
+    ex = explain_diff(a.summary, b.summary, a.diagnosis, b.diagnosis)
+    assert sum(c.delta_us for c in ex.contributions) == pytest.approx(ex.delta_us, abs=0.01)
+    by = {(c.kind, c.name): c.delta_us for c in ex.contributions}
+    assert by[("op", "aten::mul")] < 0 and by[("op", "aten::pow")] < 0  # the naive ops went away
+    graphs = [k for k in by if k[1].startswith("## Call CompiledFxGraph")]
+    assert graphs and by[graphs[0]] > 0  # and the compiled graph took their place

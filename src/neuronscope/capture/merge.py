@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..trace.model import EventKind, Trace
-from .session import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
+from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
 __all__ = ["merge_segments"]
 

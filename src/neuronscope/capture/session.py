@@ -61,9 +61,8 @@ JOIN = _Outcome("JOIN")  #: inside a scheduled capture (whose windows cannot be 
 OTHER_THREAD = _Outcome("OTHER_THREAD")  #: a thread-local session runs on another thread: unprofiled
 FOREIGN = _Outcome("FOREIGN")  #: someone else's torch.profiler runs: record as a region of theirs
 
-MARKER_CAPTURE = "neuronscope::capture"  # "neuronscope::capture#<id>:<name>" at a capture's start
-MARKER_CAPTURE_END = "neuronscope::capture_end"
-MARKER_SEGMENT = "neuronscope::segment"  # at every session start, on the starting thread
+# the markers a capture leaves in the trace (see trace/kinds.py)
+from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT  # noqa: E402
 
 
 @dataclass

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 __all__ = ["STEP_MARKER", "step"]
 
-#: the marker event ``step()`` leaves in the trace (never shown as an op or region)
-STEP_MARKER = "neuronscope::step"
+from ..trace.kinds import MARKER_STEP as STEP_MARKER  # the marker step() leaves in the trace
 
 
 def step() -> None:

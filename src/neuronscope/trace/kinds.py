@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ACTIVITY_KINDS", "FILTERED_NAMES", "INPUT_OPS", "MARKER_PREFIX", "EventKind"]
+__all__ = [
+    "ACTIVITY_KINDS",
+    "FILTERED_NAMES",
+    "INPUT_OPS",
+    "MARKER_CAPTURE",
+    "MARKER_CAPTURE_END",
+    "MARKER_PREFIX",
+    "MARKER_SEGMENT",
+    "MARKER_STEP",
+    "EventKind",
+]
 
 
 class EventKind(enum.IntEnum):
@@ -77,3 +87,10 @@ FILTERED_NAMES = frozenset(
         "aten::_version",
     }
 )
+#: ``neuronscope::capture#<serial>:<name>`` at a capture's start, ``..._end#...`` at its end
+MARKER_CAPTURE = MARKER_PREFIX + "capture"
+MARKER_CAPTURE_END = MARKER_PREFIX + "capture_end"
+#: at every start of the shared torch session (capture/session.py), on the starting thread
+MARKER_SEGMENT = MARKER_PREFIX + "segment"
+#: ``neuronscope.step()``
+MARKER_STEP = MARKER_PREFIX + "step"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...capture.steps import STEP_MARKER
+from ...trace.kinds import MARKER_STEP as STEP_MARKER
 from ...trace.kinds import EventKind
 from ...trace.model import Trace
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ...trace.kinds import EventKind
+from ...trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, EventKind
 from ...trace.model import Trace
 from ..intervals import clip, complement, overlap_with, union
 from .categories import ELEMENTWISE, REDUCTIONS, SYNC_OPS, SYNC_RUNTIME, is_compile, is_data, user_frame
@@ -81,8 +81,13 @@ class Timeline:
 def _window(trace: Trace, serial: int | None) -> tuple[int, int]:
     """The capture's own markers when present (exact, in the trace's clock), else the extent
     of the events."""
-    from ...capture.session import MARKER_CAPTURE, MARKER_CAPTURE_END
-
+    if serial is None:
+        # a saved trace: the outermost capture's markers (the earliest begin)
+        begins = trace.name_mask(lambda n: n.startswith(MARKER_CAPTURE + "#"))
+        if begins.any():
+            first = np.flatnonzero(begins)[np.argmin(trace.start_ns[begins])]
+            label = trace.names[int(trace.name_id[first])]
+            serial = label[len(MARKER_CAPTURE) + 1 :].split(":", 1)[0]
     if serial is not None:
         begin = f"{MARKER_CAPTURE}#{serial}:"
         end = f"{MARKER_CAPTURE_END}#{serial}:"
