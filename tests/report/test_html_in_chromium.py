@@ -160,3 +160,39 @@ def test_binned_timeline_renders(browser, report_profiles, artifacts):
         page.page.locator("svg#timeline-a").screenshot(path=str(artifacts / "binned-timeline.png"))
     finally:
         page.close()
+
+
+def test_diagnosis_section_renders_gaps_by_class_and_findings(browser, tmp_path, artifacts):
+    """A run with a known structure: sleeps (host_wait gaps) and an unfused chain (a finding)."""
+    import time
+
+    import torch
+    from workloads import rmsnorm_naive
+
+    x, w = torch.randn(4, 64), torch.randn(64)
+    with ns.profile_neuron(name="diagnosed", output_dir=tmp_path) as run:
+        for _ in range(6):
+            rmsnorm_naive(x, w)
+            time.sleep(0.002)
+    d = run.diagnosis
+    path = write_html(run, artifacts / "diagnosis.html")
+    page = _Page(browser, path)
+    try:
+        _check_clean(page)
+        section = page.page.locator("#diagnosis-a")
+        assert section.get_attribute("data-bound-by") == d.bound_by == "host"
+        assert "host-bound" in page.page.locator("#diagnosis-a p.verdict").inner_text()
+        drawn = page.count("svg#diagnosis-timeline-a rect.dg-gap")
+        assert drawn == len(d.timeline_data.gaps) == d.gaps.count >= 6
+        classes = page.page.eval_on_selector_all("svg#diagnosis-timeline-a rect.dg-gap", "els => els.map(e => e.dataset.class)")
+        assert classes.count("host_wait") >= 6
+        fills = set(page.page.eval_on_selector_all(
+            "svg#diagnosis-timeline-a rect.dg-gap[data-class=host_wait]", "els => els.map(e => getComputedStyle(e).fill)"))
+        assert len(fills) == 1  # one colour per class
+        sizes = page.bar_sizes("svg#diagnosis-timeline-a rect.dg-gap")
+        assert all(w > 0 and h > 0 for w, h in sizes)
+        rules = page.page.eval_on_selector_all("#findings-a tbody tr", "els => els.map(e => e.dataset.rule)")
+        assert rules == [f.rule for f in d.findings] and "elementwise_chain" in rules
+        page.page.screenshot(path=str(artifacts / "diagnosis.png"), full_page=True)
+    finally:
+        page.close()
