@@ -235,3 +235,21 @@ def test_system_profile_events_join_the_lanes(tmp_path):
     bad.write_text('{"something": 1}')
     with pytest.raises(ns.TraceLoadError, match="not a Neuron system profile"):
         read_system_profile(bad)
+
+
+def test_root_span_carries_the_diagnosis(telemetry, xw):
+    x, w = xw
+    with ns.profile_neuron(name="diagnosed") as run:
+        for _ in range(5):
+            rmsnorm_naive(x, w)
+            ns.step()
+    d = run.diagnosis
+    root = next(s for s in telemetry.finished() if s.name == "diagnosed")
+    assert root.attributes["neuronscope.bound_by"] == d.bound_by
+    assert root.attributes["neuronscope.device_busy_pct"] == pytest.approx(d.device_busy_pct, abs=0.01)
+    assert list(root.attributes["neuronscope.findings"]) == [f.rule for f in d.findings]
+    assert root.attributes["neuronscope.steps"] == 5
+    assert root.attributes["neuronscope.idle.host_wait_us"] == pytest.approx(d.idle_us_by_class["host_wait"], abs=0.01)
+    events = [e for e in root.events if e.name == "neuronscope.finding"]
+    assert [e.attributes["neuronscope.finding.rule"] for e in events] == [f.rule for f in d.findings][:10]
+    assert "elementwise_chain" in root.attributes["neuronscope.findings"]
