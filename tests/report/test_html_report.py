@@ -168,3 +168,14 @@ def test_device_timeline_from_an_emulated_neuron_trace():
     assert sorted(op for op in drawn if op.startswith("neff_")) == sorted(e.name for e in kernels)
     bars = doc.find("rect", cls="op-bar")
     assert bars[0]["data-op"] == "aten::pow" and float(bars[0]["data-pct"]) > 50
+
+
+def test_diff_report_explains_the_change_in_wall_time(report_profiles):
+    html = render_html(report_profiles.small, report_profiles.big)
+    assert 'id="diff-explanation"' in html and 'id="diff-why"' in html
+    deltas = [float(v) for v in re.findall(r'<tr data-kind="(?:op|idle)" data-delta-us="(-?[\d.]+)"', html)]
+    a = ns.diagnose(report_profiles.small)
+    b = ns.diagnose(report_profiles.big)
+    if len(deltas) < 25:  # every part is drawn: they sum to the change of the run windows
+        assert sum(deltas) == pytest.approx(b.window_us - a.window_us, abs=0.01 * len(deltas) + 0.01)
+    assert "slower than A" in re.search(r'id="diff-why">([^<]+)<', html).group(1)

@@ -430,7 +430,31 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
             '<h3>Regions</h3><table id="diff-region-table" class="diff-region-table"><thead><tr><th>Region</th><th>Runs A→B</th>'
             f"<th>Wall</th><th>Wall Δ%</th><th>Device</th><th>Device Δ%</th></tr></thead><tbody>{rrows}</tbody></table>"
         )
+    out.append(_explanation(d, a, b))
     return "".join(out)
+
+
+def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:
+    """Why the wall time changed: ops' busy share and idle classes, summing to the change."""
+    if a.diagnosis is None or b.diagnosis is None:
+        return ""
+    from ..analysis.diff import explain_diff
+
+    ex = explain_diff(a.summary, b.summary, a.diagnosis, b.diagnosis)
+    head = ex.lines(top=0)[0]
+    rows = "".join(
+        f'<tr data-kind="{c.kind}" data-delta-us="{c.delta_us:.3f}"><td class="text">'
+        f'{_e(d.label(c.name) if c.kind == "op" else "idle: " + c.name)}</td>'
+        f"<td>{format_us(c.a_us)}</td><td>{format_us(c.b_us)}</td><td>{c.delta_us / 1e3:+.3f} ms</td></tr>"
+        for c in ex.contributions[:25]
+    )
+    return (
+        f'<h3>Why: where the wall time went</h3><p class="verdict" id="diff-why">{_e(head)}</p>'
+        '<table id="diff-explanation" class="diff-explanation"><thead><tr><th class="text">Part</th><th>A</th><th>B</th>'
+        f"<th>Δ</th></tr></thead><tbody>{rows}</tbody></table>"
+        '<p class="note">Busy time is split over the ops by their share of self device time; idle time by class. '
+        "The parts sum to the change in wall time.</p>"
+    )
 
 
 # -- page --------------------------------------------------------------------------------------
