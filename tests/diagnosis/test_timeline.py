@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ import neuronscope as ns
 from neuronscope.analysis.diagnosis import diagnose_trace
 from neuronscope.analysis.diagnosis.timeline import CLASSES, build_timeline
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "docs" / "diagnosis"
 
 
 def every_class_trace() -> TraceBuilder:
@@ -92,15 +89,32 @@ def test_cpu_run_uses_the_main_threads_ops_and_labels_it():
     assert any("no accelerator" in n for n in d.notes)
 
 
+def _hta_fixture(path: Path) -> Path:
+    """HolisticTraceAnalysis' behaviour fixture (research notes: shared/docs/diagnosis/make_trace.py,
+    run through HTA at f4d0062c): 6 kernels on one stream, 3 ProfilerSteps, times in us."""
+    kernels = [(1010, 1020, 100), (1015, 1140, 60), (1100, 1300, 50), (1500, 1510, 50), (1520, 1600, 10), (2010, 2020, 10)]
+    ev = [
+        dict(ph="X", cat="user_annotation", name=f"ProfilerStep#{i}", pid=1, tid=1, ts=1000 * i, dur=1000, args={"External id": i})
+        for i in (1, 2, 3)
+    ]
+    for i, (rt, kt, kd) in enumerate(kernels):
+        corr, ext = 100 + i, 10 + i
+        ev.append(dict(ph="X", cat="cpu_op", name="aten::foo", pid=1, tid=1, ts=rt - 1, dur=7, args={"External id": ext}))
+        ev.append(dict(ph="X", cat="cuda_runtime", name="cudaLaunchKernel", pid=1, tid=1, ts=rt, dur=5,
+                       args={"External id": ext, "correlation": corr, "cbid": 211}))
+        ev.append(dict(ph="X", cat="kernel", name=f"my_kernel_{i}", pid=0, tid=7, ts=kt, dur=kd,
+                       args={"External id": ext, "correlation": corr, "device": 0, "stream": 7, "context": 1}))
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "deviceProperties": [],
+           "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": ev, "displayTimeUnit": "ms"}
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def test_hta_parity_fixture_interior_gaps_match_holistic_trace_analysis(tmp_path):
-    """shared/docs/diagnosis/make_trace.py: HTA gives host_wait 570, kernel_wait 20, other 140 us
-    (consecutive_kernel_delay 30 us); our classes at a 30 us gap threshold: host_wait, launch, other."""
-    script = SHARED / "make_trace.py"
-    if not script.is_file():
-        pytest.skip("the HTA fixture script is in the shared research folder, which this checkout lacks")
-    (tmp_path / "traces").mkdir()
-    subprocess.run([sys.executable, str(script)], cwd=tmp_path, check=True)
-    trace = ns.load_trace(tmp_path / "traces" / "rank-0.json")
+    """HTA gives host_wait 570, kernel_wait 20, other 140 us (consecutive_kernel_delay 30 us),
+    compute 280 us, idle 730 us over the kernel span; our classes at a 30 us gap threshold:
+    host_wait, launch, other."""
+    trace = ns.load_trace(_hta_fixture(tmp_path / "rank-0.json"))
     tl = build_timeline(trace, threshold_us=30)
     first, last = int(tl.busy_s[0]), int(tl.busy_e[-1])
     interior = (tl.gap_s >= first) & (tl.gap_e <= last)
@@ -110,6 +124,7 @@ def test_hta_parity_fixture_interior_gaps_match_holistic_trace_analysis(tmp_path
     assert by == {"host_wait": 570.0, "launch": 20.0, "sync": 0.0, "data": 0.0, "compile": 0.0, "other": 140.0}
     assert tl.busy_ns / 1e3 == 280.0  # HTA: compute 280 us
     assert (last - first) / 1e3 - 280.0 == 730.0  # HTA: idle 730 us over the kernel span
+    assert trace.metadata["distributedInfo"] == {"rank": 0}
     d = diagnose_trace(trace)
     assert d.steps is not None and d.steps.source == "profiler_step" and d.steps.count == 3
 
