@@ -125,7 +125,6 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     None when no OpenTelemetry provider is configured (see :func:`configure`).
     """
     from .sinks.otel.providers import resolve_providers
-    from .sinks.otel.spans import emit_run
 
     run = _load_run(path)
     settings = _otel.settings()
@@ -138,7 +137,7 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     from ._version import __version__
 
     tracer = tracer_provider.get_tracer("neuronscope", __version__)
-    trace_id, _, _ = emit_run(run, tracer, mode, settings.max_spans, None)
+    trace_id, _, _ = _otel.emit_rank_run(run, tracer, mode, settings.max_spans, None)  # a rank's run: its step's trace
     if meter_provider is not None:
         _otel._record_metrics(run, meter_provider)
     _otel.flush_providers(30)

@@ -138,8 +138,12 @@ def _build_own(settings: OtelSettings) -> list[Any]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
+    from .distributed import rank_resource_attributes
+
     attrs = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
     resource = Resource.create(attrs)  # reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES
+    # a rank of a torchrun job: service.instance.id, host.name, rank... (the variables above win)
+    resource = Resource(rank_resource_attributes()).merge(resource)
     span_exporter: SpanExporter
     metric_exporter: MetricExporter
     if settings.exporter == "console":
