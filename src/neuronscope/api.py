@@ -20,7 +20,7 @@ from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
-__all__ = ["configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace"]
+__all__ = ["compare_ranks", "configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace"]
 
 log = logging.getLogger("neuronscope")
 
@@ -194,6 +194,25 @@ def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load a saved run directory as a completed :class:`Run`."""
     return _load_run(path)
+
+
+def compare_ranks(paths: Any, *, name: str | None = None) -> Any:
+    """The ranks of a torchrun job side by side: a :class:`~neuronscope.analysis.ranks.RankComparison`.
+
+        c = ns.compare_ranks("neuronscope-runs/127.0.0.1_29500")   # the job directory
+        print(c)                     # the straggler (or none), the clock skew, a table per rank
+        c.straggler.rank, c.straggler.cause, c.rank(0).collective_wait_us
+
+    ``paths``: a job directory (``<output_dir>/<job id>``), an output directory holding one
+    job, run directories of every rank, or one Kineto trace per rank. ``name``: which profile
+    to compare when the job has several. Per rank: step wall time, device busy %, time in
+    collectives and waiting in them, where the rest went; the clock offsets estimated from the
+    collectives' ends; the straggler, its lateness per step and its lead cause (see
+    docs/distributed.md). Raises :class:`TraceLoadError` naming what is missing.
+    """
+    from .analysis.ranks import compare_ranks as _compare
+
+    return _compare(paths, name=name)
 
 
 def _flush_at_exit() -> None:

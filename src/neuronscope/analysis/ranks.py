@@ -27,7 +27,9 @@ relative to the lowest rank; on one host it is the collective's own exit jitter.
 its aligned arrival (the collective's start) minus the median arrival of the other ranks:
 its extra work since the ranks were last together. A rank is the straggler when it has the
 largest lateness in at least half the steps *and* its median lateness is at least
-``max(100 µs, 2 % of the median step)``; a balanced job has none. Its lead cause is the
+``max(100 µs, 2 % of the median step)`` and twice its own step-to-step scatter (1.4826 × the
+median absolute deviation): consistently late, not late by chance on a noisy machine. A
+balanced job has none (never "the top k", as HTA's finder). Its lead cause is the
 largest excess, per step and against the median of the other ranks, of its time outside
 collectives spent computing (device busy), on the host (idle, no data loading), loading data,
 compiling, or waiting in other collectives.
@@ -76,6 +78,8 @@ CAUSES = ("compute", "host", "data", "compile", "collective_wait")
 STRAGGLER_MIN_US = 100.0
 STRAGGLER_STEP_SHARE = 0.02
 STRAGGLER_LAST_SHARE = 0.5
+#: the straggler's median lateness must also be this many times its own step-to-step scatter
+STRAGGLER_NOISE_FACTOR = 2.0
 
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _DEVICE_COLLECTIVE = re.compile(r"all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all|collective[-_ ]?permute", re.I)
@@ -286,7 +290,8 @@ class RankComparison:
     step_skew: float  #: slowest rank's median step / the median step
     collectives: int  #: matched collectives (per rank)
     collective_events: str  #: which events they are (gloo, device, nccl_cpu, c10d)
-    threshold_us: float  #: the lateness a straggler must reach
+    threshold_us: float  #: the lateness a straggler must reach: max(100 µs, 2 % of the median step)
+    noise_us: float = 0.0  #: the latest rank's step-to-step scatter of lateness (1.4826 × MAD); it must be late by 2× that
     warnings: tuple[str, ...] = ()
     other_names: tuple[str, ...] = ()  #: other profiles present on every rank
     lanes: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)  #: for the HTML lane view
@@ -310,6 +315,7 @@ class RankComparison:
             "collectives": self.collectives,
             "collective_events": self.collective_events,
             "threshold_us": round(self.threshold_us, 3),
+            "noise_us": round(self.noise_us, 3),
             "steps": [s.to_dict() for s in self.steps],
             "warnings": list(self.warnings),
             "other_names": list(self.other_names),
@@ -323,7 +329,8 @@ class RankComparison:
         if self.straggler is not None:
             lines.append(self.straggler.message)
         else:
-            lines.append(f"no straggler: no rank is late by {format_us(self.threshold_us)} or more in most steps")
+            floor = max(self.threshold_us, STRAGGLER_NOISE_FACTOR * self.noise_us)
+            lines.append(f"no straggler: no rank is consistently late (by {format_us(floor)} or more in most steps)")
         skew = self.clock.get("max_skew_us")
         if skew is not None:
             c = self.clock
@@ -351,11 +358,17 @@ class RankComparison:
                 str(r.rank) + (" *" if self.straggler is not None and self.straggler.rank == r.rank else ""),
                 r.host or "-", format_us(r.step_p50_us), f"{r.device_busy_pct:.1f}", format_us(r.collective_us),
                 format_us(r.collective_wait_us), format_us(r.compute_us), format_us(r.host_us), format_us(r.data_us),
-                format_us(r.late_us), "-" if r.clock_offset_us is None else format_us(r.clock_offset_us),
+                _signed(r.late_us), "-" if r.clock_offset_us is None else _signed(r.clock_offset_us),
             ))
         widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)]
         table = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in (head, *body)]
         return "\n".join([*self.headline(), "", *table, *(f"warning: {w}" for w in self.warnings)])
+
+
+def _signed(us: float) -> str:
+    from ..report.text import format_us
+
+    return ("+" if us > 0 else "-" if us < 0 else "") + format_us(abs(us))
 
 
 @dataclass
@@ -721,7 +734,9 @@ def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str],
 
     straggler = None
     cand = int(np.argmax(med_late))
-    if last_share[cand] >= STRAGGLER_LAST_SHARE and med_late[cand] >= threshold:
+    # consistently late: the latest in most steps, by more than the floor and than its own scatter
+    noise = 1.4826 * float(np.median(np.abs(late[cand] - med_late[cand])))
+    if last_share[cand] >= STRAGGLER_LAST_SHARE and med_late[cand] >= max(threshold, STRAGGLER_NOISE_FACTOR * noise):
         straggler = _straggler(ranks, cand, med_late, last_share, parts, wait, median_step, threshold)
     step_rows = tuple(
         StepRow(
@@ -758,6 +773,7 @@ def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str],
         collectives=C,
         collective_events="+".join(s for s in sources if s != "none") or "none",
         threshold_us=threshold,
+        noise_us=noise,
         warnings=tuple(warnings),
         other_names=other_names,
         lanes=lanes,
@@ -826,17 +842,19 @@ def _straggler(
     pct = 100.0 * late / median_step if median_step > 0 else 0.0
     what = {
         "compute": "more device work",
-        "host": "host-side time (Python, CPU work, sleeps)",
+        "host": "host-side time: Python, CPU work, sleeps",
         "data": "data loading",
         "compile": "compilation",
         "collective_wait": "waiting in other collectives",
-        "unknown": "no single class of time",
-    }[cause]
+    }
+    if cause == "unknown":
+        why = "cause: no single class of time stands out"
+    else:
+        why = f"cause: {cause} +{format_us(cause_us)} per step vs the median rank ({what[cause]})"
     message = (
         f"STRAGGLER rank {ranks[i]}: last to arrive in {100 * last_share[i]:.0f}% of steps, {format_us(late)} late per step "
-        f"({pct:.0f}% of the step); cause: {cause} ({what}) {'+' + format_us(cause_us) if cause != 'unknown' else ''} per step "
-        f"vs the median rank; the other ranks wait {format_us(others_wait)} per step in collectives"
-    ).replace("  ", " ")
+        f"({pct:.0f}% of the step); {why}; the other ranks wait {format_us(others_wait)} per step in collectives"
+    )
     return Straggler(
         rank=ranks[i], late_us=late, late_pct_of_step=pct, last_share_pct=100.0 * float(last_share[i]), cause=cause,
         cause_us=float(cause_us), deltas_us=deltas, others_wait_us=others_wait, message=message,
