@@ -728,7 +728,7 @@ def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str],
             collective_us=_median(parts["collective"][i]), collective_wait_us=_median(wait[i]),
             compute_us=_median(parts["compute"][i]), host_us=_median(parts["host"][i]), data_us=_median(parts["data"][i]),
             compile_us=_median(parts["compile"][i]), late_us=float(med_late[i]),
-            last_arrival_pct=round(100.0 * last_count[i] / C, 2) if C else 0.0,
+            last_arrival_pct=round(100.0 * float(last_count[i]) / C, 2) if C else 0.0,
             clock_offset_us=clock["offsets_us"].get(k) if C else None,
         ))
 
