@@ -81,9 +81,9 @@ class Timeline:
 def _window(trace: Trace, serial: int | None) -> tuple[int, int]:
     """The capture's own markers when present (exact, in the trace's clock), else the extent
     of the events."""
-    from ...capture.session import MARKER_CAPTURE, MARKER_CAPTURE_END
-
     if serial is not None:
+        from ...capture.session import MARKER_CAPTURE, MARKER_CAPTURE_END  # imports torch: only when asked
+
         begin = f"{MARKER_CAPTURE}#{serial}:"
         end = f"{MARKER_CAPTURE_END}#{serial}:"
         b = trace.name_mask(lambda n: n.startswith(begin))

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_torchrun
+from jobs import run_torchrun
 
 import neuronscope as ns
 

@@ -1,4 +1,4 @@
-"""compare_ranks on synthetic jobs with exact timing (tests/distributed/synthetic.py): the
+"""compare_ranks on synthetic jobs with exact timing (tests/multirank/synthetic.py): the
 straggler, its cause, the clock offsets, the null result, and the errors."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A small torchrun job for the multi-rank tests: gloo, an all_reduce per step, one rank slower.
 
     python -m torch.distributed.run --nproc-per-node 4 --master-addr 127.0.0.1 --master-port P \\
-        tests/distributed/torchrun_job.py --steps 6 --slow-rank 2 --sleep-ms 40
+        tests/multirank/torchrun_job.py --steps 6 --slow-rank 2 --sleep-ms 40
 
 Each step is one profiled call (``@ns.profile_neuron``): a little compute, the slow rank's
 sleep, then an all_reduce that every rank waits in. Run directories go to

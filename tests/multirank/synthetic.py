@@ -17,6 +17,7 @@ from diagnosis.builder import BASE, US, TraceBuilder
 
 from neuronscope.analysis.diagnosis import diagnose_trace
 from neuronscope.analysis.ranks import RANK_FILE, rank_profile
+from neuronscope.sinks.rundir import write_trace_model
 
 STEP_GAP_US = 20_000
 COMPUTE_US = 5_000
@@ -41,6 +42,7 @@ def make_job(
     seed: int = 0,
     name: str = "train_step",
     job_id: str = "job-1",
+    save_trace: bool = False,
 ) -> Path:
     """Write ``root/<job_id>/rank<N>/<run>/`` for every rank and step; returns the job directory.
 
@@ -100,5 +102,7 @@ def make_job(
             }
             (run / "manifest.json").write_text(json.dumps(manifest))
             (run / RANK_FILE).write_text(json.dumps(profile))
+            if save_trace:
+                write_trace_model(trace, run / "trace.json.gz", {"neuronscope_device": "cuda"})
     return job
 
