@@ -171,3 +171,15 @@ def test_our_own_providers_carry_the_rank_on_the_resource(torchrun_env):
     finally:
         tracer_provider.shutdown()
         meter_provider.shutdown()
+
+
+def test_replaying_a_saved_rank_run_gives_the_same_trace(torchrun_env, telemetry):
+    _as_rank(torchrun_env, 1)
+    with ns.profile_neuron(name="dist-step") as run:
+        _work()
+    run.wait(30)
+    live = run.manifest["otel"]["trace_id"]
+    replayed = ns.export_run(run.path)  # e.g. from a node that had no collector at the time
+    assert replayed == live
+    spans = [s for s in telemetry.finished() if s.name == "dist-step rank 1"]
+    assert len(spans) == 2 and {s.parent.span_id for s in spans} == {spans[0].parent.span_id}

@@ -434,10 +434,10 @@ class _Capture:
             first_call=self.first_call,
             serial=self.serial,
             only_own_thread=not self.all_threads,
-            extra_manifest=self._rank_manifest(window),
+            extra_manifest=self._rank_manifest(),
         )
 
-    def _rank_manifest(self, window: int | None) -> dict[str, Any]:
+    def _rank_manifest(self) -> dict[str, Any]:
         info = self.rank_info
         if info is None:
             return {}  # a single-process run: the manifest is as it always was
