@@ -48,13 +48,15 @@ def make_job(
 
     ``data_us`` / ``compute_us`` / ``host_us``: a rank's extra data loading (a DataLoader
     region), device work (a longer kernel) or host time (nothing recorded) before the step's
-    first collective; ``clock_us``: a rank's clock offset; ``hosts``: host names (default: all "h0").
+    first collective, in µs, or a list of µs per step; ``clock_us``: a rank's clock offset;
+    ``hosts``: host names (default: all "h0").
     """
     rng = random.Random(seed)
-    data_us, compute_us, host_us, clock_us = data_us or {}, compute_us or {}, host_us or {}, clock_us or {}
+    clock_us = clock_us or {}
     hosts = hosts or {}
     job = root / job_id
     for k in range(steps):
+        data_us_k, compute_us_k, host_us_k = (_at(x, k) for x in (data_us, compute_us, host_us))
         t0 = 1_000 + k * STEP_GAP_US * (1 + collectives_per_step)
         # true arrival of each rank at each collective of the step
         arrivals: list[list[float]] = []
@@ -63,7 +65,7 @@ def make_job(
         for c in range(collectives_per_step):
             arr = []
             for r in range(ranks):
-                extra = (data_us.get(r, 0) + compute_us.get(r, 0) + host_us.get(r, 0)) if c == 0 else 0
+                extra = (data_us_k.get(r, 0) + compute_us_k.get(r, 0) + host_us_k.get(r, 0)) if c == 0 else 0
                 arr.append(seg_start[r] + COMPUTE_US + extra + rng.uniform(0, jitter_us))
             end = max(arr) + TRANSFER_US
             arrivals.append(arr)
@@ -76,13 +78,13 @@ def make_job(
             b.window(lo, hi, serial=1, name=name)
             cursor = t0 + off
             for c in range(collectives_per_step):
-                extra_host = host_us.get(r, 0) if c == 0 else 0
-                extra_data = data_us.get(r, 0) if c == 0 else 0
+                extra_host = host_us_k.get(r, 0) if c == 0 else 0
+                extra_data = data_us_k.get(r, 0) if c == 0 else 0
                 if extra_data:
                     b.region(DATA_REGION, cursor, extra_data)
                 cursor += extra_data + extra_host
                 op = b.op("aten::mm", cursor, 10)
-                busy = COMPUTE_US + (compute_us.get(r, 0) if c == 0 else 0)
+                busy = COMPUTE_US + (compute_us_k.get(r, 0) if c == 0 else 0)
                 b.launch(op, cursor + 1, 5, kernel_at=cursor + 20, kernel_us=busy - 40, name="gemm")
                 a = arrivals[c][r] + off
                 comm = b.op("c10d::allreduce_", a - 15, 10)
@@ -105,4 +107,8 @@ def make_job(
             if save_trace:
                 write_trace_model(trace, run / "trace.json.gz", {"neuronscope_device": "cuda"})
     return job
+
+
+def _at(extra: dict | None, step: int) -> dict[int, float]:
+    return {r: (v[step] if isinstance(v, (list, tuple)) else v) for r, v in (extra or {}).items()}
 

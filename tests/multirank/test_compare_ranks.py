@@ -4,7 +4,9 @@ straggler, its cause, the clock offsets, the null result, and the errors."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
+import statistics
 
 import pytest
 from synthetic import make_job
@@ -49,6 +51,28 @@ def test_a_balanced_job_has_no_straggler(tmp_path, seed):
     assert c.straggler is None, c.straggler
     assert c.clock["offsets_us"][3] == pytest.approx(-2500, abs=100)
     assert "no straggler" in c.headline()[1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_straggler_whose_delay_varies_is_still_found(tmp_path, seed):
+    rng = random.Random(seed)
+    delays = [rng.uniform(500, 6000) for _ in range(8)]  # late every step, by 0.5 to 6 ms
+    c = compare_ranks(make_job(tmp_path, ranks=4, steps=8, host_us={1: delays}, jitter_us=200, seed=seed))
+    assert c.straggler is not None and c.straggler.rank == 1 and c.straggler.cause == "host"
+    assert c.straggler.late_us == pytest.approx(statistics.median(delays), rel=0.15)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_two_balanced_ranks_on_a_noisy_machine_have_no_straggler(tmp_path, seed):
+    c = compare_ranks(make_job(tmp_path, ranks=2, steps=6, jitter_us=3000, seed=seed))
+    assert c.straggler is None, c.straggler
+
+
+def test_two_ranks_one_late_by_a_varying_amount(tmp_path):
+    rng = random.Random(7)
+    delays = [rng.uniform(5000, 40000) for _ in range(6)]
+    c = compare_ranks(make_job(tmp_path, ranks=2, steps=6, host_us={0: delays}, jitter_us=2000))
+    assert c.straggler is not None and c.straggler.rank == 0
 
 
 @pytest.mark.parametrize(

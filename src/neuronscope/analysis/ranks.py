@@ -27,9 +27,12 @@ relative to the lowest rank; on one host it is the collective's own exit jitter.
 its aligned arrival (the collective's start) minus the median arrival of the other ranks:
 its extra work since the ranks were last together. A rank is the straggler when it has the
 largest lateness in at least half the steps *and* its median lateness is at least
-``max(100 µs, 2 % of the median step)`` and twice its own step-to-step scatter (1.4826 × the
-median absolute deviation): consistently late, not late by chance on a noisy machine. A
-balanced job has none (never "the top k", as HTA's finder). Its lead cause is the
+``max(100 µs, 2 % of the median step)`` and three times the noise: how much the *other* ranks'
+lateness scatters step by step (1.4826 × the median absolute deviation), so a rank late by
+chance on a noisy machine is not flagged, while one whose delay varies still is. With two
+ranks there is no third to measure the noise on: it must be late by more than its own
+scatter, and by the floor in 80 % of the steps. A balanced job has none (never "the top k",
+as HTA's finder). Its lead cause is the
 largest excess, per step and against the median of the other ranks, of its time outside
 collectives spent computing (device busy), on the host (idle, no data loading), loading data,
 compiling, or waiting in other collectives.
@@ -78,8 +81,10 @@ CAUSES = ("compute", "host", "data", "compile", "collective_wait")
 STRAGGLER_MIN_US = 100.0
 STRAGGLER_STEP_SHARE = 0.02
 STRAGGLER_LAST_SHARE = 0.5
-#: the straggler's median lateness must also be this many times its own step-to-step scatter
-STRAGGLER_NOISE_FACTOR = 2.0
+#: with 3+ ranks the straggler must be late by this many times the other ranks' scatter
+STRAGGLER_NOISE_FACTOR = 3.0
+#: with 2 ranks: late by the floor in this share of the steps
+STRAGGLER_CONSISTENT_SHARE = 0.8
 
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _DEVICE_COLLECTIVE = re.compile(r"all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all|collective[-_ ]?permute", re.I)
@@ -291,7 +296,8 @@ class RankComparison:
     collectives: int  #: matched collectives (per rank)
     collective_events: str  #: which events they are (gloo, device, nccl_cpu, c10d)
     threshold_us: float  #: the lateness a straggler must reach: max(100 µs, 2 % of the median step)
-    noise_us: float = 0.0  #: the latest rank's step-to-step scatter of lateness (1.4826 × MAD); it must be late by 2× that
+    noise_us: float = 0.0  #: how much the ranks' lateness scatters by chance (1.4826 × MAD, per step)
+    required_us: float = 0.0  #: the median lateness a straggler had to reach here
     warnings: tuple[str, ...] = ()
     other_names: tuple[str, ...] = ()  #: other profiles present on every rank
     lanes: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)  #: for the HTML lane view
@@ -316,6 +322,7 @@ class RankComparison:
             "collective_events": self.collective_events,
             "threshold_us": round(self.threshold_us, 3),
             "noise_us": round(self.noise_us, 3),
+            "required_us": round(self.required_us, 3),
             "steps": [s.to_dict() for s in self.steps],
             "warnings": list(self.warnings),
             "other_names": list(self.other_names),
@@ -329,8 +336,7 @@ class RankComparison:
         if self.straggler is not None:
             lines.append(self.straggler.message)
         else:
-            floor = max(self.threshold_us, STRAGGLER_NOISE_FACTOR * self.noise_us)
-            lines.append(f"no straggler: no rank is consistently late (by {format_us(floor)} or more in most steps)")
+            lines.append(f"no straggler: no rank is consistently late (by {format_us(self.required_us)} or more in most steps)")
         skew = self.clock.get("max_skew_us")
         if skew is not None:
             c = self.clock
@@ -684,27 +690,19 @@ def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str],
     clock, delta = _clock(ranks, hosts, S, E, kind_of)
 
     wall = np.array([[(st.end_ns - st.start_ns) / 1e3 for st in steps[k]] for k in ranks])  # R x steps, µs
-    late = np.zeros((R, n_steps))
     wait = np.zeros((R, n_steps))
     last_count = np.zeros(R)
     if C:
         base = S.min(axis=0)
-        Sa = (S - base).astype(np.float64) - delta[:, None]  # aligned arrivals, ns from the earliest
-        lat = np.zeros((R, C))
-        for i in range(R):
-            others = np.delete(Sa, i, axis=0)
-            lat[i] = Sa[i] - np.median(others, axis=0)
+        arrivals = ((S - base).astype(np.float64) - delta[:, None]) / 1e3  # aligned, µs from the earliest
         dur = (E - S).astype(np.float64)
-        w = dur - dur.min(axis=0)
-        for si in range(n_steps):
-            sel = step_idx == si
-            late[:, si] = lat[:, sel].sum(axis=1) / 1e3
-            wait[:, si] = w[:, sel].sum(axis=1) / 1e3
-        last = np.argmax(Sa, axis=0)
-        last_count = np.bincount(last, minlength=R).astype(np.float64)
-    else:
-        for i in range(R):
-            late[i] = wall[i] - np.median(np.delete(wall, i, axis=0), axis=0)
+        wait = _per_step((dur - dur.min(axis=0)) / 1e3, step_idx, n_steps)
+        last_count = np.bincount(np.argmax(arrivals, axis=0), minlength=R).astype(np.float64)
+    else:  # nothing to align on: a step's wall time is its lateness
+        arrivals, step_idx = wall, np.arange(n_steps)
+    late = np.zeros((R, n_steps))
+    for i in range(R):
+        late[i] = _per_step(arrivals[i] - np.median(np.delete(arrivals, i, axis=0), axis=0), step_idx, n_steps)
     median_step = _median(wall)
     threshold = max(STRAGGLER_MIN_US, STRAGGLER_STEP_SHARE * median_step)
     med_late = np.median(late, axis=1)
@@ -734,9 +732,8 @@ def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str],
 
     straggler = None
     cand = int(np.argmax(med_late))
-    # consistently late: the latest in most steps, by more than the floor and than its own scatter
-    noise = 1.4826 * float(np.median(np.abs(late[cand] - med_late[cand])))
-    if last_share[cand] >= STRAGGLER_LAST_SHARE and med_late[cand] >= max(threshold, STRAGGLER_NOISE_FACTOR * noise):
+    noise, required, consistent = _noise(arrivals, step_idx, n_steps, cand, late[cand], threshold)
+    if last_share[cand] >= STRAGGLER_LAST_SHARE and med_late[cand] >= required and consistent:
         straggler = _straggler(ranks, cand, med_late, last_share, parts, wait, median_step, threshold)
     step_rows = tuple(
         StepRow(
@@ -774,10 +771,43 @@ def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str],
         collective_events="+".join(s for s in sources if s != "none") or "none",
         threshold_us=threshold,
         noise_us=noise,
+        required_us=required,
         warnings=tuple(warnings),
         other_names=other_names,
         lanes=lanes,
     )
+
+
+def _per_step(values: np.ndarray, step_idx: np.ndarray, n_steps: int) -> np.ndarray:
+    """Sum the columns of ``values`` (one per collective) by step."""
+    if values.ndim == 1:
+        return np.bincount(step_idx, weights=values, minlength=n_steps)[:n_steps]
+    return np.stack([np.bincount(step_idx, weights=row, minlength=n_steps)[:n_steps] for row in values])
+
+
+def _mad_sigma(x: np.ndarray) -> float:
+    x = np.asarray(x, dtype=np.float64).ravel()
+    return 1.4826 * float(np.median(np.abs(x - np.median(x)))) if x.size else 0.0
+
+
+def _noise(
+    arrivals: np.ndarray, step_idx: np.ndarray, n_steps: int, cand: int, cand_late: np.ndarray, threshold: float
+) -> tuple[float, float, bool]:
+    """(noise, the lateness the candidate must reach, whether it is late consistently enough).
+
+    With three ranks or more, the noise is how the *other* ranks scatter around each other,
+    step by step (a straggler whose delay varies is still late); the candidate must be late by
+    three times that. With two, there is no third rank to measure the noise on: the candidate
+    must be late by more than its own scatter, and by the floor in 80 % of the steps.
+    """
+    R = arrivals.shape[0]
+    if R >= 3:
+        others = np.delete(arrivals, cand, axis=0)
+        spread = _per_step(others - np.median(others, axis=0), step_idx, n_steps)
+        noise = _mad_sigma(spread)
+        return noise, max(threshold, STRAGGLER_NOISE_FACTOR * noise), True
+    noise = _mad_sigma(cand_late)
+    return noise, max(threshold, noise), float(np.mean(cand_late >= threshold)) >= STRAGGLER_CONSISTENT_SHARE
 
 
 def _clock(ranks: list[int], hosts: list[str], S: np.ndarray, E: np.ndarray, kinds: list[str]) -> tuple[dict[str, Any], np.ndarray]:
