@@ -34,7 +34,9 @@ class Telemetry:
     def __init__(self) -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
 
         self.spans = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()

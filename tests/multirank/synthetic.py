@@ -97,7 +97,7 @@ def make_job(
             diag = diagnose_trace(trace, serial=1)
             manifest = {
                 "schema_version": 1, "name": name, "device": "cuda", "status": "complete",
-                "start_ns": BASE + int(round(lo * US)), "end_ns": BASE + int(round(hi * US)),
+                "start_ns": BASE + round(lo * US), "end_ns": BASE + round(hi * US),
                 "host": hosts.get(r, "h0"), "pid": 100 + r, "rank": r, "local_rank": r, "world_size": ranks,
                 "node_rank": 0, "job_id": job_id, "window": None, "device_busy_pct": round(diag.device_busy_pct, 2),
                 "distributed": {"call_index": k, "restart_count": 0, "profiled_ranks": "all", "backend": "nccl"},

@@ -32,7 +32,7 @@ def test_one_trace_per_step_with_one_child_per_rank(tmp_path):
     for i, row in enumerate(ids):
         trace_id = row[0]
         wanted = {f"train_step step {i}", *(f"train_step rank {r}" for r in range(nproc))}
-        spans = wait_for_spans(base, lambda ss: wanted <= {s["name"] for s in ss}, timeout=60, trace_id=trace_id)
+        spans = wait_for_spans(base, lambda ss, want=wanted: want <= {s["name"] for s in ss}, timeout=60, trace_id=trace_id)
         assert all(s["context"]["trace_id"] == trace_id for s in spans)
         by_name = {s["name"]: s for s in spans}
         step = by_name[f"train_step step {i}"]

@@ -27,9 +27,10 @@ relative to the lowest rank; on one host it is the collective's own exit jitter.
 its aligned arrival (the collective's start) minus the median arrival of the other ranks:
 its extra work since the ranks were last together. A rank is the straggler when it has the
 largest lateness in at least half the steps *and* its median lateness is at least
-``max(100 µs, 2 % of the median step)`` and three times the noise: how much the *other* ranks'
-lateness scatters step by step (1.4826 × the median absolute deviation), so a rank late by
-chance on a noisy machine is not flagged, while one whose delay varies still is. With two
+``max(100 µs, 2 % of the median step)`` and three times the noise: how much the *other* ranks
+differ from each other, step by step (pairwise, 1.4826 × the median absolute deviation / √2),
+so a rank late by chance or by the scheduler on a busy machine is not flagged, while one whose
+delay varies still is. With two
 ranks there is no third to measure the noise on: it must be late by more than its own
 scatter, and by the floor in 80 % of the steps. A balanced job has none (never "the top k",
 as HTA's finder). Its lead cause is the
@@ -87,7 +88,7 @@ STRAGGLER_NOISE_FACTOR = 3.0
 STRAGGLER_CONSISTENT_SHARE = 0.8
 
 _NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_DEVICE_COLLECTIVE = re.compile(r"all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all|collective[-_ ]?permute", re.I)
+_DEVICE_COLLECTIVE = re.compile(r"all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all|collective[-_ ]?permute", re.IGNORECASE)
 _TOKENS = (
     ("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
     ("alltoall", "all_to_all"), ("collectivepermute", "send_recv"), ("broadcast", "broadcast"),
@@ -795,16 +796,20 @@ def _noise(
 ) -> tuple[float, float, bool]:
     """(noise, the lateness the candidate must reach, whether it is late consistently enough).
 
-    With three ranks or more, the noise is how the *other* ranks scatter around each other,
-    step by step (a straggler whose delay varies is still late); the candidate must be late by
-    three times that. With two, there is no third rank to measure the noise on: the candidate
-    must be late by more than its own scatter, and by the floor in 80 % of the steps.
+    With three ranks or more, the noise is how much the *other* ranks differ from each other,
+    step by step: every pair's difference of arrivals per step, robustly (1.4826 × MAD / √2, the
+    scale of one rank). It holds their step-to-step jitter and their steady differences (on an
+    oversubscribed machine some rank always gets a core last), but not the candidate's own
+    variation: a straggler whose delay varies is still late. The candidate must be late by three
+    times that. With two ranks there is no third to measure the noise on: the candidate must be
+    late by more than its own scatter, and by the floor in 80 % of the steps.
     """
     R = arrivals.shape[0]
     if R >= 3:
-        others = np.delete(arrivals, cand, axis=0)
-        spread = _per_step(others - np.median(others, axis=0), step_idx, n_steps)
-        noise = _mad_sigma(spread)
+        per_step = _per_step(np.delete(arrivals, cand, axis=0), step_idx, n_steps)  # (R-1) x steps
+        i, j = np.triu_indices(per_step.shape[0], k=1)
+        pairs = per_step[i] - per_step[j]
+        noise = 1.4826 * float(np.median(np.abs(pairs))) / np.sqrt(2.0)
         return noise, max(threshold, STRAGGLER_NOISE_FACTOR * noise), True
     noise = _mad_sigma(cand_late)
     return noise, max(threshold, noise), float(np.mean(cand_late >= threshold)) >= STRAGGLER_CONSISTENT_SHARE

@@ -133,7 +133,7 @@ def detect(env: Mapping[str, str] | None = None, dist: Any = None) -> RankInfo |
             if dist.is_available() and dist.is_initialized():
                 rank, world, source = int(dist.get_rank()), int(dist.get_world_size()), "torch.distributed"
                 backend = str(dist.get_backend())
-        except Exception:  # noqa: BLE001 - a broken process group must not cost the profile
+        except Exception:  # a broken process group must not cost the profile (logged)
             log.debug("neuronscope: reading torch.distributed failed", exc_info=True)
     if rank is None or world is None:
         return None
@@ -196,7 +196,7 @@ def _dist_initialised() -> bool:
         return False
     try:
         return bool(dist.is_available() and dist.is_initialized())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a broken torch.distributed: no process group
         return False
 
 
