@@ -19,6 +19,7 @@ EXPECTED = {
     "Trace",
     "TraceLoadError",
     "__version__",
+    "compare_ranks",
     "configure",
     "diagnose",
     "export_run",

@@ -50,6 +50,7 @@ _LAZY = {
     "Summary": ".analysis.summary",
     "Trace": ".trace.model",
     "TraceLoadError": ".errors",
+    "compare_ranks": ".api",
     "configure": ".api",
     "diagnose": ".api",
     "export_run": ".api",

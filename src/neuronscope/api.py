@@ -20,7 +20,7 @@ from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
-__all__ = ["configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace"]
+__all__ = ["compare_ranks", "configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace"]
 
 log = logging.getLogger("neuronscope")
 
@@ -125,7 +125,6 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     None when no OpenTelemetry provider is configured (see :func:`configure`).
     """
     from .sinks.otel.providers import resolve_providers
-    from .sinks.otel.spans import emit_run
 
     run = _load_run(path)
     settings = _otel.settings()
@@ -138,7 +137,7 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     from ._version import __version__
 
     tracer = tracer_provider.get_tracer("neuronscope", __version__)
-    trace_id, _, _ = emit_run(run, tracer, mode, settings.max_spans, None)
+    trace_id, _, _ = _otel.emit_rank_run(run, tracer, mode, settings.max_spans, None)  # a rank's run: its step's trace
     if meter_provider is not None:
         _otel._record_metrics(run, meter_provider)
     _otel.flush_providers(30)
@@ -195,6 +194,25 @@ def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load a saved run directory as a completed :class:`Run`."""
     return _load_run(path)
+
+
+def compare_ranks(paths: Any, *, name: str | None = None) -> Any:
+    """The ranks of a torchrun job side by side: a :class:`~neuronscope.analysis.ranks.RankComparison`.
+
+        c = ns.compare_ranks("neuronscope-runs/127.0.0.1_29500")   # the job directory
+        print(c)                     # the straggler (or none), the clock skew, a table per rank
+        c.straggler.rank, c.straggler.cause, c.rank(0).collective_wait_us
+
+    ``paths``: a job directory (``<output_dir>/<job id>``), an output directory holding one
+    job, run directories of every rank, or one Kineto trace per rank. ``name``: which profile
+    to compare when the job has several. Per rank: step wall time, device busy %, time in
+    collectives and waiting in them, where the rest went; the clock offsets estimated from the
+    collectives' ends; the straggler, its lateness per step and its lead cause (see
+    docs/distributed.md). Raises :class:`TraceLoadError` naming what is missing.
+    """
+    from .analysis.ranks import compare_ranks as _compare
+
+    return _compare(paths, name=name)
 
 
 def _flush_at_exit() -> None:

@@ -89,3 +89,39 @@ def test_readme_names_the_variables():
     for var in ("OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_HEADERS"):
         assert var in readme
     assert "http://localhost:4318" in readme and "http://localhost:4317" in readme
+
+
+def test_multirank_setup_agents_forward_to_a_gateway():
+    setup = OBS / "multirank"
+    compose = load(setup / "docker-compose.yaml")
+    services = compose["services"]
+    agents = [n for n in services if n.startswith("otel-agent-")]
+    assert len(agents) >= 2 and "otel-gateway" in services and "jaeger" in services
+    host_ports = []
+    for name, service in services.items():
+        repo, _, tag = service["image"].rpartition(":")
+        assert repo and tag and tag != "latest", f"multirank/{name}: pin the image version"
+        for volume in service.get("volumes", []):
+            assert (setup / volume.split(":", 1)[0]).exists(), f"multirank/{name} mounts a missing file"
+        for dep in service.get("depends_on", []):
+            assert dep in services
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"multirank/{name} publishes {port} beyond loopback"
+            host_ports.append(port.split(":")[1])
+    assert len(host_ports) == len(set(host_ports)), "two services publish the same host port"
+    for name, config_file, target in (("agent", "otel-agent.yaml", "otel-gateway"), ("gateway", "otel-gateway.yaml", "jaeger")):
+        config = load(setup / config_file)
+        protocols = config["receivers"]["otlp"]["protocols"]
+        assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317" and protocols["http"]["endpoint"] == "0.0.0.0:4318"
+        pipelines = config["service"]["pipelines"]
+        assert {"traces", "metrics"} <= set(pipelines)
+        for pipeline in pipelines.values():
+            for kind in ("receivers", "processors", "exporters"):
+                for component in pipeline.get(kind, []):
+                    assert component in (config.get(kind) or {}), f"multirank {name}: undefined {kind[:-1]} {component}"
+        trace_exporters = pipelines["traces"]["exporters"]
+        hosts = {config["exporters"][e]["endpoint"].split(":")[0] for e in trace_exporters}
+        assert hosts == {target}, f"multirank {name} sends traces to {hosts}, not {target}"
+    for agent in agents:
+        assert services[agent]["volumes"][0].startswith("./otel-agent.yaml")
+

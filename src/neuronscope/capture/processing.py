@@ -123,6 +123,8 @@ def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | N
         summary = replace(summary, warnings=tuple(run.warnings), notes=tuple(notes))
         run._set_summary(summary, trace)
         run._set_diagnosis(_diagnose(run, trace, summary, options))
+        if "rank" in options.extra_manifest:  # a rank of a distributed job
+            run._rank_profile = _rank_profile(run, trace, options)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, segments, run_dir)
         return
@@ -140,6 +142,19 @@ def _diagnose(run: Run, trace: Any, summary: Any, options: ProcessOptions) -> An
         _stats.record("errors")
         log.warning("neuronscope: diagnosing %r failed: %s", run.name, exc, exc_info=True)
         run.warnings.append(f"diagnosis failed: {exc!r}")
+        return None
+
+
+def _rank_profile(run: Run, trace: Any, options: ProcessOptions) -> dict[str, Any] | None:
+    """What ``neuronscope ranks`` compares (collectives, time outside them): rank.json."""
+    try:
+        from ..analysis.ranks import rank_profile
+
+        return rank_profile(trace, serial=options.serial)
+    except Exception as exc:  # noqa: BLE001 - the cross-rank view is extra; the run is not lost
+        _stats.record("errors")
+        log.warning("neuronscope: the cross-rank profile of %r failed: %s", run.name, exc, exc_info=True)
+        run.warnings.append(f"cross-rank profile failed: {exc!r}")
         return None
 
 
@@ -210,6 +225,11 @@ def _write_run_dir(run: Run, segments: list[Any], trace: Any, run_dir: Path, opt
         if run._diagnosis is not None:
             summary["diagnosis"] = run._diagnosis.to_dict()
         write_json(run_dir / "summary.json", summary)
+        rank_facts = getattr(run, "_rank_profile", None)
+        if rank_facts is not None:
+            from ..analysis.ranks import RANK_FILE
+
+            write_json(run_dir / RANK_FILE, rank_facts)
         if options.save_trace:
             meta = {"neuronscope_device": run.device}
             if options.extra_manifest:

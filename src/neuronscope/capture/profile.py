@@ -32,11 +32,12 @@ from .. import api as _api  # noqa: F401 - registers the OpenTelemetry sink and 
 from .._run import Run, RunStatus
 from ..errors import ConfigurationError
 from ..sinks.otel import capture_parent_context
+from . import ranks as _ranks
 from . import session
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
 from .processing import ProcessOptions, set_last_run, submit
-from .sampling import SamplingPolicy
+from .sampling import SamplingPolicy, _count_value
 
 __all__ = ["ProfileNeuron", "profile_neuron"]
 
@@ -71,6 +72,7 @@ class ProfileNeuron:
         seed: int | None = None,
         sampler: Callable[[], bool] | None = None,
         all_threads: bool = False,
+        ranks: Any = "all",
         _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -115,12 +117,18 @@ class ProfileNeuron:
         }
         self.neuron = neuron
         self.all_threads = all_threads
+        #: ranks that profile (None: all); a single-process run counts as rank 0
+        self.ranks = _ranks.parse_ranks(ranks)
         self._local = threading.local()  # per-thread stack of active captures of this object
 
     # -- context manager -----------------------------------------------------------------
     def __enter__(self) -> Run:
-        capture = _Capture(self, self.name or "profile", save_trace=True if self.save_trace is None else self.save_trace)
+        name = self.name or "profile"
+        capture = _Capture(self, name, save_trace=True if self.save_trace is None else self.save_trace)
+        capture.call_index = _next_call_index(name)  # counted sampled or not: the same on every rank
         self._stack().append(capture)
+        if self.ranks is not None and not _ranks.selected(self.ranks):
+            return capture._skipped(_not_selected_reason(self.ranks))
         if not self.policy.should_profile():
             return capture.unsampled()
         return capture.begin()
@@ -154,10 +162,16 @@ class ProfileNeuron:
             return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
         policy = SamplingPolicy(**self._sampling)  # each decorated function samples on its own
         # wrapt evaluates `enabled` per call and skips the wrapper entirely when it says no.
-        decide = policy.decider(enabled=lambda: _config._settings.enabled)
+        if self.ranks is None:
+            decide = policy.decider(enabled=lambda: _config._settings.enabled)
+        else:
+            chosen = self.ranks
+            decide = policy.decider(enabled=lambda: _config._settings.enabled and _ranks.selected(chosen))
 
         def start(capture: _Capture) -> None:
             capture.first_call = policy.is_first_profiled_call
+            # The policy counts every call: the n-th call of this function is call n on every rank.
+            capture.call_index = _count_value(policy._calls) - 1
             capture.begin()
 
         if inspect.iscoroutinefunction(target):
@@ -219,6 +233,8 @@ class _Capture:
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
         self._callback_cpu_ns = 0
         self.first_call = False  # set by the decorator for its first profiled call
+        self.call_index = 0  # the n-th call of this profile name in this process (for multi-rank traces)
+        self.rank_info: _ranks.RankInfo | None = None  # set at start in a distributed job
 
     # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
@@ -286,12 +302,13 @@ class _Capture:
             if spec.neuron is not None:
                 backend = NeuronBackend(spec.neuron)
         self._backend = backend
+        self.rank_info = _ranks.current()
         self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
         self.run._otel_parent = capture_parent_context()
         self.run.start_ns = time.time_ns()
         if backend.name == "neuron":
             # The Neuron runtime writes its raw files during the profile: the directory must exist now.
-            self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns)
+            self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns, self.rank_info)
             if self._run_dir is not None:
                 self._raw_dir = self._run_dir / "neuron"
                 self._raw_dir.mkdir(mode=0o700, exist_ok=True)
@@ -417,11 +434,21 @@ class _Capture:
             first_call=self.first_call,
             serial=self.serial,
             only_own_thread=not self.all_threads,
+            extra_manifest=self._rank_manifest(),
         )
 
+    def _rank_manifest(self) -> dict[str, Any]:
+        info = self.rank_info
+        if info is None:
+            return {}  # a single-process run: the manifest is as it always was
+        facts = info.manifest()
+        facts["distributed"]["call_index"] = self.call_index
+        facts["distributed"]["profiled_ranks"] = sorted(self.spec.ranks) if self.spec.ranks is not None else "all"
+        return facts
+
     def _submit(self, run: Run, segments: list[Any], run_dir: Path | None, window: int | None) -> None:
-        spec, name, start_ns = self.spec, self.name, run.start_ns
-        where: Any = run_dir if run_dir is not None else (lambda: _make_run_dir(spec, name, start_ns))
+        spec, name, start_ns, info = self.spec, self.name, run.start_ns, self.rank_info
+        where: Any = run_dir if run_dir is not None else (lambda: _make_run_dir(spec, name, start_ns, info))
         submit(run, segments, where, self._options(window))
 
     def _on_trace_ready(self, prof: Any) -> None:
@@ -485,12 +512,14 @@ def _discard_dir(path: Path) -> None:
 _warned_dirs: set[str] = set()
 
 
-def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
+def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int, rank: "_ranks.RankInfo | None" = None) -> Path | None:
     """Create the run directory; on failure warn once per output dir and carry on in memory."""
     from ..sinks.rundir import create_run_dir
 
     settings = _config.current()
     output_dir = settings.resolved_output_dir(spec.output_dir)
+    if rank is not None:  # <output_dir>/<job id>/rank<N>/: ranks never share a directory
+        output_dir = output_dir / rank.job_dir / f"rank{rank.rank}"
     try:
         max_runs, max_bytes = settings.retention()
     except ConfigurationError as exc:  # a bad NEURONSCOPE_MAX_* must not cost the run
@@ -511,6 +540,23 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int) -> Path | None:
             warnings.warn(message, RuntimeWarning, stacklevel=4)
             log.warning(message)
         return None
+
+
+_call_counters: dict[str, Any] = {}
+
+
+def _next_call_index(name: str) -> int:
+    """0, 1, 2... per profile name: ``with profile_neuron(name=...)`` blocks counted in this process."""
+    counter = _call_counters.get(name)
+    if counter is None:
+        counter = _call_counters.setdefault(name, itertools.count())
+    return next(counter)
+
+
+def _not_selected_reason(chosen: frozenset[int]) -> str:
+    info = _ranks.current()
+    me = f"rank {info.rank}" if info is not None else "this single process (rank 0)"
+    return f"{me} is not in profile_neuron(ranks={sorted(chosen)})"
 
 
 _site_policies: dict[tuple, SamplingPolicy] = {}
@@ -548,7 +594,9 @@ class _ProfileNeuronFactory:
     ``profile_memory``, ``with_stack``, ``with_flops``, ``neuron`` (:class:`NeuronOptions`),
     ``all_threads`` (record every thread, not only the calling one; profiles begun on other
     threads then nest into this one — ``neuronscope run`` uses it),
-    and sampling: ``sample`` (probability), ``every`` (every Nth call), ``max_per_minute``,
+    ``ranks`` (in a torchrun job: ``"all"``, the default, or the ranks that profile, e.g.
+    ``[0]``; run directories go to ``<output_dir>/<job id>/rank<N>/``),
+    and sampling (decided on each rank by itself): ``sample`` (probability), ``every`` (every Nth call), ``max_per_minute``,
     ``warmup`` (skip the first N calls), ``seed`` or ``sampler`` (a callable deciding a call).
     Invalid values raise :class:`ConfigurationError` here, not on the first call.
     """

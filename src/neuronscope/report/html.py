@@ -630,6 +630,10 @@ def render_html(
     ``file://`` URLs. The timeline draws each event while a lane has at most
     ``max_timeline_rects / lanes`` of them, else ``timeline_bins`` busy-fraction bins.
     """
+    if type(run_or_summary).__name__ == "RankComparison":  # ns.compare_ranks(...): the per-rank lane view
+        from .ranks_html import render_ranks_html
+
+        return render_ranks_html(run_or_summary, title=title)
     a = as_source(run_or_summary)
     b = as_source(other) if other is not None else None
     base = Path(link_base) if link_base is not None else None

@@ -32,6 +32,7 @@ __all__ = [
     "SORT_KEYS",
     "diff_renderable",
     "header_renderable",
+    "ranks_renderable",
     "loading",
     "make_console",
     "regions_renderable",
@@ -321,6 +322,47 @@ def _region_diff(diff: SummaryDiff, console: Console, arrow: str) -> RenderableT
         _Col("Device %", 1, [_pct_text(r.device_time_us, r.presence) for r in rs]),
     ]
     return Group(Text("Regions", style="bold"), _build_table(console, "Region", [r.path for r in rs], cols))
+
+
+# -- ranks of a distributed job ----------------------------------------------------------------
+
+
+def ranks_renderable(comparison: Any, console: Console, *, steps: bool = False, max_steps: int = 50) -> RenderableType:
+    """``neuronscope ranks``: the verdict lines, one row per rank, and optionally one per step."""
+    c = comparison
+    head = Text()
+    for i, line in enumerate(c.headline()):
+        if i:
+            head.append("\n")
+        style = "bold" if i == 0 else ("bold red" if i == 1 and c.straggler is not None else "green" if i == 1 else "")
+        head.append(line, style=style)
+    for w in c.warnings:
+        head.append(f"\n  warning: {w}", style="yellow")
+    rows = c.ranks
+    strag = c.straggler.rank if c.straggler is not None else None
+    names = [f"rank {r.rank}" + (" *" if r.rank == strag else "") for r in rows]
+    cols = [
+        _Col("Step p50", 1, [format_us(r.step_p50_us) for r in rows]),
+        _Col("Busy %", 2, [f"{r.device_busy_pct:.1f}" for r in rows]),
+        _Col("Collective", 1, [format_us(r.collective_us) for r in rows]),
+        _Col("Wait", 1, [format_us(r.collective_wait_us) for r in rows]),
+        _Col("Compute", 3, [format_us(r.compute_us) for r in rows]),
+        _Col("Host", 3, [format_us(r.host_us) for r in rows]),
+        _Col("Data", 4, [format_us(r.data_us) for r in rows]),
+        _Col("Late", 1, [_signed_us(r.late_us) for r in rows]),
+        _Col("Clock", 5, ["-" if r.clock_offset_us is None else _signed_us(r.clock_offset_us) for r in rows]),
+        _Col("Host name", 6, [r.host or "-" for r in rows], justify="left"),
+    ]
+    parts: list[RenderableType] = [head, Text(""), _build_table(console, "Rank", names, cols)]
+    parts.append(Text("per step, median over steps; Late: arrival at collectives after the other ranks' median", style="dim"))
+    if steps and c.steps:
+        shown = c.steps[:max_steps]
+        scols = [_Col(f"rank {r.rank}", 1, [format_us(st.wall_us[r.rank]) for st in shown]) for r in rows]
+        scols.append(_Col("Last", 1, [str(st.last_rank) for st in shown]))
+        parts += [Text(""), Text("Steps (wall time per rank)", style="bold"), _build_table(console, "Step", [st.key for st in shown], scols)]
+        if len(c.steps) > max_steps:
+            parts.append(Text(f"first {max_steps} of {len(c.steps)} steps (--json has all)", style="dim"))
+    return Group(*parts)
 
 
 # -- progress ----------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def export_to_otel(run: "Run") -> None:
     root_context = None
     if tracer_provider is not None:
         tracer = _RootSpanTracer(tracer_provider.get_tracer(_SCOPE, __version__))
-        trace_id, span_id, count = emit_run(run, tracer, settings_now.op_spans, settings_now.max_spans, parent)
+        trace_id, span_id, count = emit_rank_run(run, tracer, settings_now.op_spans, settings_now.max_spans, parent)
         root_context = tracer.root_context
         run.manifest["otel"] = {"trace_id": trace_id, "span_id": span_id, "spans": count}
     endpoint = _prometheus
@@ -155,6 +155,21 @@ def export_to_otel(run: "Run") -> None:
             except Exception as exc:  # noqa: BLE001 - one broken provider must not stop the other
                 _stats.record("errors")
                 log.warning("neuronscope: recording metrics failed: %r", exc)
+
+
+def emit_rank_run(run: "Run", tracer: Any, mode: str, max_spans: int, parent: Any) -> tuple[str, str, int]:
+    """``emit_run``; for a rank of a distributed job, under its step's derived context
+    (:mod:`.distributed`), and the step span itself from the lowest profiled rank."""
+    from .distributed import emit_step_span, step_context
+
+    step = step_context(run, parent)
+    if step is None:
+        return emit_run(run, tracer, mode, max_spans, parent)
+    name = f"{run.name} rank {step.rank}"
+    trace_id, span_id, count = emit_run(run, tracer, mode, max_spans, step.context, root_name=name)
+    if step.emits_root and emit_step_span(getattr(tracer, "_tracer", tracer), run, step):
+        count += 1
+    return trace_id, span_id, count
 
 
 class _RootSpanTracer:

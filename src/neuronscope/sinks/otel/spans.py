@@ -87,6 +87,9 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
         attrs["neuronscope.raw.explorer_command"] = _cap(raw["explorer_command"])
     attrs.update(neuron_device_attributes(raw))
     attrs.update(diagnosis_attributes(run._diagnosis))
+    from .distributed import rank_attributes
+
+    attrs.update(rank_attributes(run.manifest))  # a rank of a torchrun job: rank, world size, job id
     if run.warnings:
         attrs["neuronscope.warnings"] = [_cap(w) for w in run.warnings[:16]]
     return attrs
@@ -149,10 +152,12 @@ def neuron_device_attributes(neuron: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
-def emit_run(run: "Run", tracer: Any, mode: str, max_spans: int, parent_context: Any = None) -> tuple[str, str, int]:
+def emit_run(
+    run: "Run", tracer: Any, mode: str, max_spans: int, parent_context: Any = None, root_name: str | None = None
+) -> tuple[str, str, int]:
     """Create the spans of one run. Returns (trace id hex, root span id hex, spans created)."""
     root = tracer.start_span(
-        _cap(run.name),
+        _cap(root_name or run.name),
         context=parent_context,
         kind=SpanKind.INTERNAL,
         start_time=run.start_ns,
