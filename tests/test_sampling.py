@@ -133,7 +133,7 @@ def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counte
                 a = a * 1.0001
             return a
 
-        _worker.backlog.peak_bytes = 0
+        _worker.backlog.reset_measurements()  # as in a fresh process: earlier tests taught it other rates
         calls = 300
         for _ in range(calls):
             infer(x)
@@ -142,9 +142,12 @@ def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counte
         assert s["profiled"] + s["skipped_backpressure"] == calls
         assert s["skipped_backpressure"] > 0 and s["profiled"] > 0
         assert s["dropped"] == 0 and s["errors"] == 0
-        # admitted only while under budget: at most one capture's worth beyond it
-        biggest = max(_worker.backlog.estimate(10**9), 1)
-        assert _worker.backlog.peak_bytes <= budget + biggest
+        # admitted only while under budget: the backlog stays near it, whatever the number of
+        # calls (a few captures can be estimated low before the worker has counted them)
+        largest = _worker.backlog.largest_bytes
+        assert 0 < largest < budget / 4  # (so the bounds below mean something)
+        assert _worker.backlog.peak_bytes <= budget + 8 * largest
+        assert _worker.backlog.peak_bytes < 0.2 * calls * largest  # far below "everything pending"
         assert _worker.backlog.total_bytes == 0  # everything written out and released
         warnings = [r for r in caplog.records if "skipped_backpressure" in r.getMessage()]
         assert len(warnings) <= 1  # warned once

@@ -111,7 +111,11 @@ class Backlog:
         self._bytes: dict[Hashable, int] = {}
         self._total = 0
         self.events_per_second = 250_000.0  # a fast eager loop on one core; refined by measurements
+        self.measurements = 0
         self.peak_bytes = 0
+        self.largest_bytes = 0  #: the largest single capture measured
+        # per profile name: (events/s, bytes) of its last capture -- the same code makes alike profiles
+        self._last_by_name: dict[str, tuple[float, int]] = {}
 
     @staticmethod
     def budget() -> int:
@@ -119,13 +123,32 @@ class Backlog:
 
         return _config.current().resolved_max_pending_bytes()
 
-    def estimate(self, duration_ns: int, rss_growth: int | None = None) -> int:
-        """Bytes a just-stopped capture holds, before anyone counted its events: the smaller
-        of (duration x recent event rate) and the process's RSS growth over the capture
-        (which also counts the user's own allocations, so it only ever caps)."""
+    def reset_measurements(self) -> None:
+        """Forget the learned event rate and the peaks (tests; a new workload)."""
+        with self._lock:
+            self.events_per_second = 250_000.0
+            self.measurements = 0
+            self.peak_bytes = self._total
+            self.largest_bytes = 0
+            self._last_by_name.clear()
+
+    def estimate(self, duration_ns: int, rss_growth: int | None = None, name: str | None = None) -> int:
+        """Bytes a just-stopped capture holds, before anyone counted its events: duration x the
+        event rate this profile name had last time (the same code makes alike profiles); for a
+        name not seen yet, the process's recent rate, capped by the RSS growth over the capture
+        for the very first one (the default rate can be far off)."""
+        last = self._last_by_name.get(name) if name is not None else None
+        if last is not None:
+            rate, last_bytes = last
+            by_rate = int(rate * max(duration_ns, 0) / 1e9 * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
+            # a call that took longer only because its thread waited (GIL, GC) holds no more
+            # events: twice the last size caps the duration-based guess
+            return min(by_rate, 2 * last_bytes)
         events = self.events_per_second * max(duration_ns, 0) / 1e9
         by_time = int(events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
-        return by_time if rss_growth is None else min(by_time, rss_growth)
+        if self.measurements or rss_growth is None:
+            return by_time  # the rate is this process's own: trust it
+        return min(by_time, rss_growth)  # the first one: the default rate can be far off (profiler start-up)
 
     def add(self, key: Hashable, nbytes: int) -> None:
         with self._lock:
@@ -133,12 +156,20 @@ class Backlog:
             self._bytes[key] = nbytes
             self.peak_bytes = max(self.peak_bytes, self._total)
 
-    def measured(self, key: Hashable, events: int, duration_ns: int) -> None:
-        """The exact size of a capture, once read; also refines the event-rate estimate."""
+    def measured(self, key: Hashable, events: int, duration_ns: int, name: str | None = None) -> None:
+        """The exact size of a capture, once read; also refines the event-rate estimates."""
         if duration_ns > 0 and events > 0:
             rate = events * 1e9 / duration_ns
-            self.events_per_second = 0.7 * self.events_per_second + 0.3 * rate
-        self.add(key, events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
+            if name is not None:
+                if len(self._last_by_name) > 1024:  # generated names: do not grow without bound
+                    self._last_by_name.clear()
+                self._last_by_name[name] = (rate, events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
+            first = self.measurements == 0
+            self.events_per_second = rate if first else 0.7 * self.events_per_second + 0.3 * rate
+            self.measurements += 1
+        nbytes = events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT)
+        self.largest_bytes = max(self.largest_bytes, nbytes)
+        self.add(key, nbytes)
 
     def remove(self, key: Hashable) -> None:
         with self._lock:

@@ -349,7 +349,7 @@ class _Capture:
 
     def _on_segment(self, prof: Any, seg: Any) -> None:
         """The session stopped while this capture owned it (inside torch's stop for the time)."""
-        _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns, seg.rss_growth))
+        _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns, seg.rss_growth, self.name))
         if self.spec.schedule is not None or self._backend is None:
             return
         try:
@@ -474,7 +474,7 @@ class _Capture:
                 results=prof.profiler.kineto_results, owner=self, start_ns=window.start_ns, stop_ns=window.end_ns
             )
             seg._refs = 1
-            _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns))
+            _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns, name=self.name))
             set_last_run(window)
             self._submit(window, [seg], run_dir, window=self._windows)
         except Exception as exc:  # noqa: BLE001

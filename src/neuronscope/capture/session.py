@@ -212,9 +212,11 @@ def _start(capture: "_Capture", continued: tuple[str, ...]) -> None:
     global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
     global _session_rss
     all_threads = any(c.all_threads for c in _open)
+    _session = capture._start_session(all_threads)
+    # measured after torch's start: its first start initialises Kineto (time and memory that
+    # are not this segment's events)
     _session_rss = _rss() or 0
     _session_start_ns = time.time_ns()
-    _session = capture._start_session(all_threads)
     _session_owner = capture
     _session_thread = threading.get_ident()
     _session_all_threads = all_threads
