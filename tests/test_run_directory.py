@@ -55,6 +55,7 @@ def test_unwritable_output_dir_warns_once_and_keeps_the_summary(xw, tmp_path):
         for _ in range(3):
             with ns.profile_neuron(output_dir=target) as run:
                 rmsnorm_naive(*xw)
+        ns.flush(30)  # the run directory is made on the output worker: wait for the warning
     assert len(record) == 1
     assert run.wait(30) and run.status == ns.RunStatus.COMPLETE and run.path is None
     assert run.summary["aten::rsqrt"].calls == 1
