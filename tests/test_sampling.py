@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import neuronscope as ns
@@ -151,5 +153,36 @@ def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counte
         assert _worker.backlog.total_bytes == 0  # everything written out and released
         warnings = [r for r in caplog.records if "skipped_backpressure" in r.getMessage()]
         assert len(warnings) <= 1  # warned once
+    finally:
+        ns.configure(max_pending_bytes=None)
+
+
+def test_a_long_first_call_with_few_events_does_not_make_the_next_profile_skip(xw):
+    """A new name's size is guessed from its duration and the event rate seen so far, but a call
+    that spent its time waiting (compiling, sleeping, I/O) made few events: the process's RSS
+    growth caps the guess, so the profile right after it is not skipped as overload."""
+    from neuronscope import _worker
+
+    x, w = xw
+    budget = 32 * 1024**2
+    ns.configure(max_pending_bytes=budget)
+    try:
+        with ns.profile_neuron(name="busy"):  # teaches the backlog this process's event rate
+            for _ in range(300):
+                x = x * 1.0001
+        assert ns.flush(60)
+        bytes_per_second = _worker.backlog.events_per_second * (
+            _worker.KINETO_BYTES_PER_EVENT + _worker.MODEL_BYTES_PER_EVENT
+        )
+        seconds_to_fill_the_budget = budget / bytes_per_second
+        with ns.profile_neuron(name="waits") as waits:
+            time.sleep(2 * seconds_to_fill_the_budget)  # duration x rate alone: twice the budget
+            x.sum()
+        with ns.profile_neuron(name="right-after") as after:
+            x.sum()
+        assert after.status is not ns.RunStatus.SKIPPED, after.skip_reason
+        assert waits.wait(30) and after.wait(30)
+        assert after.summary["aten::sum"].calls == 1
+        assert ns.stats()["skipped_backpressure"] == 0
     finally:
         ns.configure(max_pending_bytes=None)

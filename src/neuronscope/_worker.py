@@ -135,8 +135,10 @@ class Backlog:
     def estimate(self, duration_ns: int, rss_growth: int | None = None, name: str | None = None) -> int:
         """Bytes a just-stopped capture holds, before anyone counted its events: duration x the
         event rate this profile name had last time (the same code makes alike profiles); for a
-        name not seen yet, the process's recent rate, capped by the RSS growth over the capture
-        for the very first one (the default rate can be far off)."""
+        name not seen yet, duration x the process's recent rate, capped by the process's RSS
+        growth over the capture (Kineto holds its events in this process): a first call that
+        spent its time compiling, sleeping or waiting on I/O made few events, and duration x rate
+        alone would call it gigabytes and skip the next profile for nothing."""
         last = self._last_by_name.get(name) if name is not None else None
         if last is not None:
             rate, last_bytes = last
@@ -146,9 +148,9 @@ class Backlog:
             return min(by_rate, 2 * last_bytes)
         events = self.events_per_second * max(duration_ns, 0) / 1e9
         by_time = int(events * (KINETO_BYTES_PER_EVENT + MODEL_BYTES_PER_EVENT))
-        if self.measurements or rss_growth is None:
-            return by_time  # the rate is this process's own: trust it
-        return min(by_time, rss_growth)  # the first one: the default rate can be far off (profiler start-up)
+        if rss_growth is None:
+            return by_time  # no RSS reading (not Linux, or a scheduled capture's window)
+        return min(by_time, rss_growth)
 
     def add(self, key: Hashable, nbytes: int) -> None:
         with self._lock:
