@@ -93,7 +93,8 @@ def _segment_trace(seg: Any, device: str) -> Any:
         return seg.trace
 
 
-def _release(segments: list[Any]) -> None:
+def release_segments(segments: list[Any]) -> None:
+    """Drop this run's hold on its segments; the last holder frees their events and backlog bytes."""
     for seg in segments:
         if seg.release():
             _worker.backlog.remove(id(seg))
@@ -206,16 +207,16 @@ def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callabl
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], where)
     finally:
-        _release(segments)
+        release_segments(segments)
 
 
 def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> None:
     _stats.record("errors")
-    log.warning("neuronscope: processing the profile of %r failed: %s", run.name, exc, exc_info=True)
+    log.warning("neuronscope: processing the profile of %r failed: %s", run.name, exc, exc_info=exc)
     run.warnings.append(f"processing failed: {exc!r}")
     if isinstance(run_dir, Path):
         mark_complete(run_dir)
-    _release(segments)
+    release_segments(segments)
     run._finish(RunStatus.FAILED)
 
 

@@ -36,7 +36,7 @@ from . import ranks as _ranks
 from . import session
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
-from .processing import ProcessOptions, set_last_run, submit
+from .processing import ProcessOptions, release_segments, set_last_run, submit
 from .sampling import SamplingPolicy, _count_value
 
 __all__ = ["ProfileNeuron", "profile_neuron"]
@@ -240,8 +240,8 @@ class _Capture:
     def unsampled(self) -> Run:
         return self._skipped("sampled out")
 
-    def _skipped(self, reason: str, *, device: str = "none") -> Run:
-        self.run = Run(self.name, device)
+    def _skipped(self, reason: str) -> Run:
+        self.run = Run(self.name, "none")
         self.run.skip_reason = reason
         self.run._finish(RunStatus.SKIPPED)
         return self.run
@@ -386,7 +386,6 @@ class _Capture:
         self._open = False
         run = self.run
         t_end, c_end = time.perf_counter_ns(), time.thread_time_ns()
-        torch_before, torch_cpu_before = self._torch_ns, self._torch_cpu_ns
         run.end_ns = time.time_ns()
         if exc is not None:
             run.error = type(exc).__name__
@@ -406,9 +405,7 @@ class _Capture:
         torch_cpu_ns = time.thread_time_ns() - c_stop - self._callback_cpu_ns
         self._prof = None
         if self.spec.schedule is not None:
-            for seg in segments:
-                if seg.release():
-                    _worker.backlog.remove(id(seg))
+            release_segments(segments)  # a scheduled capture submitted each window on its own
             if not run.done:
                 run._finish(RunStatus.COMPLETE if run.windows else RunStatus.SKIPPED)
             return
@@ -419,8 +416,8 @@ class _Capture:
         self._submit(run, segments, self._run_dir, window=None)
         spent = time.perf_counter_ns() - t_end
         spent_cpu = time.thread_time_ns() - c_end
-        run.caller_overhead_ns += spent - torch_ns - (self._torch_ns - torch_before)
-        run.caller_overhead_cpu_ns += spent_cpu - torch_cpu_ns - (self._torch_cpu_ns - torch_cpu_before)
+        run.caller_overhead_ns += spent - torch_ns
+        run.caller_overhead_cpu_ns += spent_cpu - torch_cpu_ns
 
     def _options(self, window: int | None) -> ProcessOptions:
         assert self._backend is not None

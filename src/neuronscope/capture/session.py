@@ -133,14 +133,13 @@ def decide(capture: "_Capture") -> _Outcome:
 def enter(capture: "_Capture") -> None:
     """Open ``capture``: stop the running session if any (a segment for everyone open),
     then start one with ``capture._start_session(all_threads)``. Raises what that raises."""
-    global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
     with _lock:
         if _session is not None:
             _cut_segment()
         _open.append(capture)
         _tokens[id(capture)] = _inside.set(capture)
         try:
-            _start(capture, continued=())
+            _start(capture)
         except BaseException:
             _open.remove(capture)
             _reset_token(capture)
@@ -208,7 +207,8 @@ def _rss() -> int | None:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _start(capture: "_Capture", continued: tuple[str, ...]) -> None:
+def _start(capture: "_Capture") -> None:
+    """Start a session owned by ``capture`` (the regions it continues are set by _resume)."""
     global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
     global _session_rss
     all_threads = any(c.all_threads for c in _open)
@@ -220,7 +220,7 @@ def _start(capture: "_Capture", continued: tuple[str, ...]) -> None:
     _session_owner = capture
     _session_thread = threading.get_ident()
     _session_all_threads = all_threads
-    _session_continued = continued
+    _session_continued = ()
     _mark(MARKER_SEGMENT)
 
 
@@ -265,7 +265,7 @@ def _resume() -> None:
     from .region import continue_open_regions
 
     try:
-        _start(capture, continued=())
+        _start(capture)
     except Exception as exc:  # noqa: BLE001 - the outer capture goes on without more segments
         capture._resume_failed(exc)
         return
