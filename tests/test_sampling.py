@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 import neuronscope as ns
 from neuronscope.capture.sampling import SamplingPolicy
@@ -120,7 +121,7 @@ def test_every_10_after_5_warmup_over_105_fast_calls_profiles_exactly_10_and_dro
     assert s["unsampled"] == 95
 
 
-def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counted(xw, caplog):
+def test_a_flood_of_samples_beyond_the_memory_budget_is_skipped_before_profiling_and_counted(xw, caplog):
     """Every call is accounted for; the backlog never holds much more than the budget."""
     from neuronscope import _worker
 
@@ -129,7 +130,7 @@ def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counte
     ns.configure(max_pending_bytes=budget)
     try:
 
-        @ns.profile_neuron(name="flood")
+        @ns.profile_neuron(name="flood", every=1)  # a sampled service call, even at every=1
         def infer(a):
             for _ in range(40):
                 a = a * 1.0001
@@ -143,7 +144,7 @@ def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counte
         s = ns.stats()
         assert s["profiled"] + s["skipped_backpressure"] == calls
         assert s["skipped_backpressure"] > 0 and s["profiled"] > 0
-        assert s["dropped"] == 0 and s["errors"] == 0
+        assert s["dropped"] == 0 and s["errors"] == 0 and s["backpressure_waits"] == 0
         # admitted only while under budget: the backlog stays near it, whatever the number of
         # calls (a few captures can be estimated low before the worker has counted them)
         largest = _worker.backlog.largest_bytes
@@ -153,6 +154,66 @@ def test_a_flood_beyond_the_memory_budget_is_skipped_before_profiling_and_counte
         assert _worker.backlog.total_bytes == 0  # everything written out and released
         warnings = [r for r in caplog.records if "skipped_backpressure" in r.getMessage()]
         assert len(warnings) <= 1  # warned once
+    finally:
+        ns.configure(max_pending_bytes=None)
+
+
+def test_a_flood_of_profiles_without_sampling_options_waits_for_the_backlog_and_loses_none(xw, caplog):
+    """What the user asked for by name is never skipped for memory: the caller waits for the
+    workers instead, and the backlog stays near the budget all the same."""
+    from neuronscope import _worker
+
+    x, w = xw
+    budget = 2 * 1024**2
+    ns.configure(max_pending_bytes=budget)
+    try:
+
+        @ns.profile_neuron(name="every-call")
+        def infer(a):
+            for _ in range(40):
+                a = a * 1.0001
+            return a
+
+        _worker.backlog.reset_measurements()
+        calls = 120
+        results = [infer(x) for _ in range(calls)]
+        assert ns.flush(120)
+        s = ns.stats()
+        assert s["profiled"] == calls and s["skipped_backpressure"] == 0
+        assert s["backpressure_waits"] > 0  # (so the flood did reach the budget)
+        largest = _worker.backlog.largest_bytes
+        assert 0 < largest < budget / 4
+        assert _worker.backlog.peak_bytes <= budget + 8 * largest
+        assert _worker.backlog.total_bytes == 0
+        assert all(torch.equal(r, results[0]) for r in results)  # the user's results, all there
+        waits = [r for r in caplog.records if "backpressure_waits" in r.getMessage()]
+        assert len(waits) <= 1 and "waited" in waits[0].getMessage()
+    finally:
+        ns.configure(max_pending_bytes=None)
+
+
+def test_a_with_block_right_after_a_profile_bigger_than_the_budget_waits_and_is_profiled(xw):
+    x, w = xw
+    ns.configure(max_pending_bytes=1024**2)  # 1 MiB: one "big" profile alone is over it
+
+    def big_profile() -> ns.Run:
+        nonlocal x
+        with ns.profile_neuron(name="big") as run:
+            for _ in range(2000):
+                x = x * 1.0001
+        return run
+
+    try:
+        big_profile()
+        assert ns.flush(60)  # measured: the next "big" is estimated from it, not from RSS
+        big = big_profile()
+        waits_before = ns.stats()["backpressure_waits"]
+        with ns.profile_neuron(name="next") as after:
+            x.sum()
+        assert after.status is not ns.RunStatus.SKIPPED, after.skip_reason
+        assert ns.stats()["backpressure_waits"] == waits_before + 1
+        assert after.summary["aten::sum"].calls == 1 and big.summary["aten::mul"].calls == 2000
+        assert ns.stats()["skipped_backpressure"] == 0
     finally:
         ns.configure(max_pending_bytes=None)
 

@@ -10,7 +10,17 @@ __all__ = ["record", "reset", "stats"]
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
-_KEYS = ("profiled", "skipped", "skipped_backpressure", "dropped", "errors", "unsampled", "joined", "telemetry_dropped")
+_KEYS = (
+    "profiled",
+    "skipped",
+    "skipped_backpressure",
+    "backpressure_waits",
+    "dropped",
+    "errors",
+    "unsampled",
+    "joined",
+    "telemetry_dropped",
+)
 # Counters kept elsewhere for speed (the sampling hot path), summed in at read time.
 _sources: list[Callable[[], dict[str, int]]] = []
 _offsets: Counter[str] = Counter()  # what reset() subtracts from those sources
@@ -39,7 +49,8 @@ def stats() -> dict[str, int]:
     capture was active (on another thread, or a foreign torch profiler);
     ``skipped_backpressure`` sampled calls not profiled because the profiles waiting to be
     written held more than ``max_pending_bytes`` (decided before profiling, so nothing is
-    thrown away); ``joined`` profiles nested in a scheduled one, recorded as its region;
+    thrown away); ``backpressure_waits`` profiles without sampling options that waited for
+    those to be written instead of being skipped; ``joined`` profiles nested in a scheduled one, recorded as its region;
     ``unsampled`` calls the sampler passed over; ``dropped`` always 0 (a decided sample is
     always processed; kept so dashboards keep working);
     ``errors`` failures inside neuronscope (logged, never raised into user code);

@@ -10,8 +10,9 @@ Two threads, so a big trace file being gzipped never delays the next run's summa
 Queues are unbounded in count: a sampled call that was decided is always processed. What
 bounds the backlog is memory: :class:`Backlog` adds up the bytes pending captures hold
 (Kineto keeps ~1.7 KB per event until the trace is written) and the capture side checks it
-*before* a profile starts, so a sample is skipped (and counted) under real overload, never
-recorded and thrown away.
+*before* a profile starts: over budget, a sampled call is skipped (and counted), never
+recorded and thrown away, and a profile asked for without sampling options waits for the
+workers to catch up (true back-pressure: nothing the user asked for is lost).
 
 Both threads disable torch's RecordFunction for themselves, so the maths of our analysis
 never shows up inside a profile that is running at the same time on another thread.
@@ -108,6 +109,7 @@ class Backlog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._bytes: dict[Hashable, int] = {}
         self._total = 0
         self.events_per_second = 250_000.0  # a fast eager loop on one core; refined by measurements
@@ -176,6 +178,7 @@ class Backlog:
     def remove(self, key: Hashable) -> None:
         with self._lock:
             self._total -= self._bytes.pop(key, 0)
+            self._drained.notify_all()
 
     @property
     def total_bytes(self) -> int:
@@ -184,6 +187,23 @@ class Backlog:
     def over_budget(self) -> bool:
         budget = self.budget()
         return budget > 0 and self._total >= budget
+
+    def wait_until_under_budget(self, timeout: float) -> bool:
+        """Wait for the workers to write pending profiles out until the backlog is under budget,
+        or until they have nothing left to do (what remains is held by profiles still
+        recording: waiting longer cannot free it). False when ``timeout`` passed first, or when
+        called from a worker (it would wait for itself)."""
+        if _analysis.on_own_thread() or _output.on_own_thread():
+            return False
+        deadline = time.monotonic() + timeout
+        with self._drained:
+            while self.over_budget() and (_analysis.pending or _output.pending):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                # woken when bytes are released; the timeout re-checks the workers' queues
+                self._drained.wait(min(remaining, 0.05))
+        return True
 
 
 _analysis = Worker("analysis")

@@ -69,8 +69,11 @@ def configure(
 
     Backpressure: ``max_pending_bytes`` (default 256 MiB, ``$NEURONSCOPE_MAX_PENDING_BYTES``)
     bounds the memory that profiles waiting to be written may hold. Above it, new samples
-    are skipped before profiling starts (``ns.stats()["skipped_backpressure"]``); a sample
-    that started is always processed. 0 means no limit.
+    (profiles with ``every=``, ``sample=``, ``sampler=``, ``max_per_minute=`` or ``warmup=``)
+    are skipped before profiling starts (``ns.stats()["skipped_backpressure"]``), and a
+    profile without sampling options waits for earlier ones to be written instead
+    (``ns.stats()["backpressure_waits"]``); a profile that started is always processed.
+    0 means no limit.
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:

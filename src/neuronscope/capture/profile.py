@@ -258,7 +258,7 @@ class _Capture:
                 "another profile is recording on another thread; torch.profiler records one session at a time and "
                 "only the thread that started it (profile_neuron(all_threads=True) on the outer profile lets it nest)"
             )
-        if _worker.backlog.over_budget():
+        if _worker.backlog.over_budget() and not self._wait_for_backlog():
             _stats.record("skipped_backpressure")
             _warn_backpressure()
             return self._skipped("backpressure: profiles waiting to be written exceed max_pending_bytes")
@@ -276,6 +276,19 @@ class _Capture:
             self.run._finish(RunStatus.FAILED)
             return self.run
 
+    def _wait_for_backlog(self) -> bool:
+        """Over budget: a sampled call is expendable and is skipped; a profile asked for without
+        sampling options (a ``with`` block in a script, a decorator that profiles every call)
+        waits for earlier profiles to be written instead, so none is lost and memory stays
+        bounded. True when this capture may start."""
+        if not self.spec.policy.trivial:
+            return False
+        t0 = time.monotonic()
+        ok = _worker.backlog.wait_until_under_budget(BACKLOG_WAIT_LIMIT_S)
+        waited = time.monotonic() - t0
+        _stats.record("backpressure_waits")
+        _warn_backpressure_wait(self.name, waited)
+        return ok
     def _join_as_region(self, outcome: Any) -> Run:
         # Inside a scheduled profile (its windows cannot be split) or someone else's profiler:
         # show up in it as a region.
@@ -493,6 +506,27 @@ def _warn_backpressure() -> None:
             "neuronscope: profiles waiting to be written hold more than max_pending_bytes (%d MiB); "
             "skipping new samples until they are written (counted as skipped_backpressure in ns.stats()). "
             "Sample less often, or raise configure(max_pending_bytes=...).",
+            _worker.backlog.budget() // 2**20,
+        )
+
+
+#: the longest a profile without sampling options waits for the backlog before it is skipped
+#: (only a stalled write -- a hung disk or sink -- takes that long: 400,000 events drain in ~2 s)
+BACKLOG_WAIT_LIMIT_S = 120.0
+_backpressure_wait_warned = False
+
+
+def _warn_backpressure_wait(name: str, waited_s: float) -> None:
+    global _backpressure_wait_warned
+    if not _backpressure_wait_warned:
+        _backpressure_wait_warned = True
+        log.warning(
+            "neuronscope: %r waited %.1f s for earlier profiles to be written before starting (they held more "
+            "than max_pending_bytes, %d MiB; counted as backpressure_waits in ns.stats()). Profiles with sampling "
+            "options (every=, sample=, ...) are skipped instead of waiting; raise configure(max_pending_bytes=...) "
+            "to hold more in memory.",
+            name,
+            waited_s,
             _worker.backlog.budget() // 2**20,
         )
 
