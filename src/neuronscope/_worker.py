@@ -32,8 +32,9 @@ __all__ = ["KINETO_BYTES_PER_EVENT", "Backlog", "Worker", "backlog", "flush_all"
 log = logging.getLogger("neuronscope")
 _Task = Callable[[], None]
 
-#: What torch's Kineto results hold per event after the profiler stopped, measured on
-#: torch 2.13 CPU (400,000 events: +680 MB RSS; bench/bench_backpressure.py prints it).
+#: What torch's Kineto results hold per event after the profiler stopped, with what reading
+#: them through ``events()`` adds, measured on torch 2.13 CPU (400,000 events: +523 MB at the
+#: stop, ~1.3 KB/event, bench/bench_time_to_summary.py; ~1.7 KB with events()).
 KINETO_BYTES_PER_EVENT = 1700
 #: What our trace model and analysis hold per event besides (int64 columns, summary).
 MODEL_BYTES_PER_EVENT = 120
