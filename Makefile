@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   venv + torch 2.13.0 (if not importable) + neuronscope, then the main example
+#   make demo   venv + torch 2.13.0 (if not importable) + neuronscope[cli], then the main example
 #   make test   venv + torch 2.13.0 (if not importable) + neuronscope[test], then the tests
 # Variables: VENV (default .venv), PYTHON (the interpreter that makes the venv, default python3),
 # TORCH_INDEX_URL (a wheel index for torch, e.g. https://download.pytorch.org/whl/cpu on a
@@ -24,7 +24,7 @@ $(VENV)/.torch: | $(PY)
 	@touch $@
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.torch
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e ".[cli]"
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.torch

@@ -124,6 +124,14 @@ def test_quiet_prints_no_summary_and_output_sends_it_to_a_file(runner, script, t
     assert "Self device time total" in text and "aten::mul" in text and "run directory:" in text
 
 
+def test_an_output_file_that_cannot_be_written_is_refused_before_the_script_runs(runner, script, tmp_path):
+    missing = tmp_path / "no" / "such" / "dir" / "summary.txt"
+    result = runner.invoke(cli, ["run", "-o", str(missing), "--output-dir", str(tmp_path / "runs"), str(script), "exit", "3"])
+    assert result.exit_code == 2, (result.stdout, result.stderr)  # a usage error, not the script's 3 or a failure's 1
+    assert "--output" in result.stderr and "does not exist" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == "" and not (tmp_path / "runs").exists()  # the script did not run
+
+
 @pytest.mark.parametrize(
     "args, code, needle",
     [

@@ -93,6 +93,8 @@ def run(
     Profiles the script opens itself get their own runs and are regions of this one.
     """
     _apply_run_options(RunOptions(op_spans=op_spans, otlp_endpoint=otlp_endpoint, neuron_inspect=neuron_inspect))
+    if output_file is not None and not quiet:
+        _check_output_file(output_file)  # before the script runs: its exit code must stay its own
     import neuronscope as ns
 
     target, argv0, name = _resolve(script, as_module)
@@ -316,6 +318,14 @@ def _print_script_traceback(tb: TracebackType | None, script_file: str, exc: Bas
     sys.stderr.flush()
 
 
+def _check_output_file(output_file: str) -> None:
+    parent = os.path.dirname(os.path.abspath(output_file))
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"{output_file}: the directory {parent} does not exist", param_hint="--output")
+    if not os.access(parent, os.W_OK) or (os.path.exists(output_file) and not os.access(output_file, os.W_OK)):
+        raise click.BadParameter(f"{output_file}: not writable", param_hint="--output")
+
+
 def _print_summary(run_obj, top: int, output_file: str | None) -> None:
     """The summary on stdout after the script's own output (or into ``output_file``)."""
     from ..report.sources import Source
@@ -329,8 +339,9 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
     if output_file is not None:
         try:
             handle = open(output_file, "w", encoding="utf-8")
-        except OSError as exc:
-            raise Failure(f"--output {output_file}: cannot write ({exc.strerror or exc})") from exc
+        except OSError as exc:  # checked before the script ran; it changed since: stdout, same exit code
+            sys.stderr.write(f"neuronscope: --output {output_file}: cannot write ({exc.strerror or exc}); "
+                             "the summary follows on stdout\n")
     try:
         out = make_console(file=handle) if handle is not None else make_console()
         err = make_console(stderr=True)
