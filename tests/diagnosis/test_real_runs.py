@@ -59,7 +59,10 @@ def test_compiled_rmsnorm_shows_compilation_on_the_first_call_only(big):
         fn(x, w)
     f = first.diagnosis.finding("compile_in_window")
     assert f is not None and f.us_at_stake > 1000 and "warm up" in f.message
-    assert first.diagnosis.idle_us_by_class["compile"] > 0 or first.diagnosis.bound_by in ("compile", "device")
+    # the ops torch.compile runs while it traces are compilation, not the model's busy time
+    d = first.diagnosis
+    assert d.bound_by == "compile", (d.bound_by, d.device_busy_pct, d.idle_us_by_class)
+    assert d.idle_us_by_class["compile"] > 0.5 * d.window_us
     assert "compile_in_window" not in _rules(second)
     assert "elementwise_chain" not in _rules(second)
 

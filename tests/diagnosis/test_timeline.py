@@ -89,6 +89,42 @@ def test_cpu_run_uses_the_main_threads_ops_and_labels_it():
     assert any("no accelerator" in n for n in d.notes)
 
 
+def test_cpu_run_counts_the_ops_torch_compile_runs_while_tracing_as_compilation():
+    b = TraceBuilder("cpu")
+    b.window(0, 1000)
+    b.op("aten::mul", 0, 100)                                        # the model: busy [0, 100)
+    b.region("_compile.compile_inner (dynamo_timed)", 100, 700)      # compiling [100, 800)
+    for t in range(110, 790, 20):                                    # fake-tensor ops while tracing
+        b.op("aten::mul", t, 15)
+    b.op("aten::mul", 800, 150)                                      # the compiled graph: busy [800, 950)
+    d = diagnose_trace(b.build(), serial=1)
+    assert d.device_busy_us == pytest.approx(250.0)
+    assert d.idle_us_by_class["compile"] == pytest.approx(700.0)
+    assert d.bound_by == "compile"
+
+
+def test_subtract_matches_a_brute_force_count():
+    import numpy as np
+
+    from neuronscope.analysis.intervals import subtract, union
+
+    rng = random.Random(3)
+    for _ in range(200):
+        def intervals(n):
+            s = np.array([rng.randrange(0, 100) for _ in range(n)], dtype=np.int64)
+            return union(s, s + np.array([rng.randrange(0, 15) for _ in range(n)], dtype=np.int64))
+
+        (a_s, a_e), (c_s, c_e) = intervals(rng.randrange(0, 8)), intervals(rng.randrange(0, 8))
+        r_s, r_e = subtract(a_s, a_e, c_s, c_e)
+
+        def covers(s, e, t):
+            return bool(((s <= t) & (t < e)).any())
+
+        for t in range(0, 120):
+            assert covers(r_s, r_e, t) == (covers(a_s, a_e, t) and not covers(c_s, c_e, t)), t
+        assert (r_s[1:] > r_e[:-1]).all()  # disjoint, sorted, merged
+
+
 def _hta_fixture(path: Path) -> Path:
     """HolisticTraceAnalysis' behaviour fixture (research notes: shared/docs/diagnosis/make_trace.py,
     run through HTA at f4d0062c): 6 kernels on one stream, 3 ProfilerSteps, times in us."""

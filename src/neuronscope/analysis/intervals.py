@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["busy_bins", "clip", "complement", "overlap_with", "union"]
+__all__ = ["busy_bins", "clip", "complement", "overlap_with", "subtract", "union"]
 
 
 def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,6 +46,24 @@ def complement(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[np
     gap_e = np.concatenate((s, [hi]))
     keep = gap_e > gap_s
     return gap_s[keep], gap_e[keep]
+
+
+def subtract(
+    start: np.ndarray, end: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals minus other disjoint sorted intervals (both from :func:`union`)."""
+    if cut_s.size == 0 or start.size == 0:
+        return start, end
+    # sweep: +1 where a kept interval opens, -1 where it closes; -1 where a cut opens, +1 where it
+    # closes; what stays is where the running sum is 1. At equal times, closings go first.
+    times = np.concatenate((start, end, cut_s, cut_e))
+    delta = np.concatenate((np.ones_like(start), -np.ones_like(end), -np.ones_like(cut_s), np.ones_like(cut_e)))
+    order = np.lexsort((delta, times))
+    t, depth = times[order], np.cumsum(delta[order])
+    on = depth == 1
+    # an interval of the result runs from each step that reaches 1 to the next step
+    s, e = t[:-1][on[:-1]], t[1:][on[:-1]]
+    return union(s, e)
 
 
 def overlap_with(

@@ -2,8 +2,9 @@
 
 Busy is the union of device-op intervals on the device lanes (kernels, copies, NeuronCore
 executions; device-side markers excluded). On a CPU-only run there is no device: busy is
-the union of the CPU ops of the main thread (the thread with the most op time), and idle is
-the time that thread spent between ops — Python, sleeps, data loading, compilation.
+the union of the CPU ops of the main thread (the thread with the most op time), less the time
+spent compiling (torch.compile runs aten ops itself while it traces), and idle is the time that
+thread spent between ops — Python, sleeps, data loading, compilation.
 
 Every idle interval ("gap") of the run window gets exactly one class, first match wins:
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from ...trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, EventKind
 from ...trace.model import Trace
-from ..intervals import clip, complement, overlap_with, union
+from ..intervals import clip, complement, overlap_with, subtract, union
 from .categories import ELEMENTWISE, REDUCTIONS, SYNC_OPS, SYNC_RUNTIME, is_compile, is_data, user_frame
 
 __all__ = ["CLASS_INDEX", "Timeline", "build_timeline"]
@@ -142,14 +143,6 @@ def build_timeline(
     top = mine[_top_level(trace.start_ns[mine], end[mine])] if mine.size else mine
     top = top[np.argsort(trace.start_ns[top], kind="stable")]
 
-    if device_mode:
-        bs, be = union(trace.start_ns[device_events], end[device_events])
-    else:
-        bs, be = trace.start_ns[top], end[top]
-        bs, be = union(bs, be)
-    bs, be = clip(bs, be, lo, hi)
-    gs, ge = complement(bs, be, lo, hi)
-
     # host-side category intervals
     host_mask = np.isin(trace.thread, host_threads)
     cpu_side = np.isin(kind, [EventKind.OP, EventKind.REGION, EventKind.RUNTIME, EventKind.PYTHON]) & host_mask
@@ -157,6 +150,16 @@ def build_timeline(
     data = cpu_side & trace.name_mask(is_data)
     cs, ce = union(trace.start_ns[comp], end[comp])
     ds, de = union(trace.start_ns[data], end[data])
+
+    if device_mode:
+        bs, be = union(trace.start_ns[device_events], end[device_events])
+    else:
+        bs, be = union(trace.start_ns[top], end[top])
+        # torch.compile runs aten ops itself while it traces (fake tensors, inductor): on a CPU
+        # run they would count as the model's busy time; compilation is idle time of its own
+        bs, be = subtract(bs, be, cs, ce)
+    bs, be = clip(bs, be, lo, hi)
+    gs, ge = complement(bs, be, lo, hi)
 
     # which top-level ops synchronise: a sync op by name, or one holding a blocking runtime call
     sync_names = trace.name_mask(lambda n: n in SYNC_OPS)
