@@ -148,3 +148,27 @@ def test_last_run_is_there_right_after_the_block(xw):
     last = ns.last_run()
     assert last is not None and last.name == "decorated"
     assert last.summary["aten::sum"].calls == 1
+
+
+def test_an_outer_profile_holds_every_window_of_a_scheduled_profile_inside_it(xw):
+    """torch clears a scheduled profile's events after each window: the outer one gets each
+    window as it is ready (not only the last), and the last one once."""
+    x, w = xw
+    errors = ns.stats()["errors"]
+    with ns.profile_neuron(name="outer", all_threads=True) as outer:  # as `neuronscope run` does
+        x.mul(2)
+        with ns.profile_neuron(
+            name="train", schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=2)
+        ) as train:
+            for i in range(12):
+                with ns.region("forward"):
+                    x.add(i)
+                ns.step()
+        x.mul(3)
+    windows = train.windows
+    assert len(windows) == 2 and all(_calls(wn.summary, "aten::add") == 3 for wn in windows)
+    # 2 windows x 3 active steps; the wait and warm-up steps are not recorded by torch
+    assert _calls(outer.summary, "aten::add") == 6
+    assert _calls(outer.summary.regions["forward"], "aten::add") == 6
+    assert _calls(outer.summary, "aten::mul") == 2
+    assert ns.flush(60) and ns.stats()["errors"] == errors  # a schedule that ran its course is no error

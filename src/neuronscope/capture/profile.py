@@ -228,6 +228,7 @@ class _Capture:
         self._raw_dir: Path | None = None
         self._prof: Any = None  # a scheduled capture's own torch profile (for step())
         self._windows = 0
+        self._last_window_results: Any = None  # a scheduled capture's last window (see session.share_window)
         self._torch_ns = 0  # time inside torch's start/stop (not ours)
         self._torch_cpu_ns = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
@@ -481,10 +482,15 @@ class _Capture:
                 window.warnings.append(f"device exporter failed: {exc!r}")
                 log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
             seg = session.Segment(
-                results=prof.profiler.kineto_results, owner=self, start_ns=window.start_ns, stop_ns=window.end_ns
+                results=prof.profiler.kineto_results,
+                owner=self,
+                start_ns=window.start_ns,
+                stop_ns=window.end_ns,
+                all_threads=session.recording_all_threads(),
             )
             seg._refs = 1
             _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns, name=self.name))
+            session.share_window(self, seg)  # the profiles this one runs inside hold every window too
             set_last_run(window)
             self._submit(window, [seg], run_dir, window=self._windows)
         except Exception as exc:  # noqa: BLE001

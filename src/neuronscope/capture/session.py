@@ -232,12 +232,15 @@ def _cut_segment() -> None:
     stop_ns = time.time_ns()
     try:
         prof.stop()
-        results = prof.profiler.kineto_results
+        # None when a schedule had run its course (repeat=N): nothing recorded since its last window
+        results = prof.profiler.kineto_results if prof.profiler is not None else None
     except Exception:  # noqa: BLE001 - a broken stop loses this segment, not the program
         owner._stop_failed()
         results = None
     if results is None:
         return
+    if results is getattr(owner, "_last_window_results", None):
+        return  # a scheduled capture's last window: already a segment of everyone (share_window)
     rss = _rss()
     seg = Segment(
         rss_growth=None if rss is None or not _session_rss else max(rss - _session_rss, 0),
@@ -253,6 +256,26 @@ def _cut_segment() -> None:
     for c in _open:
         c.segments.append(seg)
         seg._refs += 1
+
+
+def recording_all_threads() -> bool:
+    """Whether the running session records every thread (for a scheduled window's segment)."""
+    return _session_all_threads
+
+
+def share_window(capture: "_Capture", seg: Segment) -> None:
+    """A scheduled capture's window is a segment of the captures it is nested in as well.
+
+    torch clears a scheduled profile's events at the end of each cycle, so the outer captures
+    get each window as it is ready; the results its final stop hands back are the last window's
+    again, and :func:`_cut_segment` does not count them twice.
+    """
+    with _lock:
+        capture._last_window_results = seg.results
+        for other in _open:
+            if other is not capture:
+                other.segments.append(seg)
+                seg._refs += 1
 
 
 def _resume() -> None:

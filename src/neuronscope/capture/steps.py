@@ -13,19 +13,19 @@ def step() -> None:
     Inside a profile, the diagnosis then reports per-step wall time (p50/p90/p99/max, the
     slowest step) and a bound-by verdict per step. With ``profile_neuron(schedule=...)`` it
     also advances the schedule, like ``run.step()``. Outside a profile it does nothing
-    (a flag check), so it can stay in production loops.
+    (a list check), so it can stay in production loops.
 
         with ns.profile_neuron() as run:
             for batch in loader:
                 train_step(batch)
                 ns.step()
     """
-    import torch.autograd.profiler as _ap
-
-    if not _ap._is_profiler_enabled:
-        return
     from . import session
 
+    if not session._open:  # no neuronscope profile open: one list check
+        return
+    # not torch's "profiler enabled" flag: a schedule's wait steps record nothing, yet they
+    # must be stepped through
     capture = session.innermost()
     if capture is not None and capture.spec.schedule is not None:
         capture.step()
