@@ -96,3 +96,33 @@ def test_parse_ranks():
 def test_parse_ranks_rejects_what_it_cannot_use(bad):
     with pytest.raises(ConfigurationError, match="ranks="):
         parse_ranks(bad)
+
+
+def _process_group(store, rank: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        is_available=lambda: True, is_initialized=lambda: True, get_rank=lambda: rank, get_world_size=lambda: 2,
+        get_backend=lambda: "gloo", distributed_c10d=SimpleNamespace(_get_default_store=lambda: store),
+    )
+
+
+def test_a_relaunch_with_the_same_job_id_gets_other_trace_ids():
+    """Plain torchrun sets TORCHELASTIC_RUN_ID=none, so the job id is MASTER_ADDR:PORT, the same
+    for every launch: a launch id shared through the process group's store tells them apart."""
+    import torch.distributed as dist
+
+    from neuronscope.sinks.otel.distributed import step_context
+
+    def trace_id(info) -> int:
+        manifest = info.manifest()
+        manifest["distributed"]["call_index"] = 0
+        return step_context(SimpleNamespace(manifest=manifest, name="train"), None).trace_id
+
+    first_launch = dist.HashStore()  # torchrun's TCPStore: a new one for every launch
+    r0, r1 = (detect(TORCHRUN, dist=_process_group(first_launch, rank)) for rank in (0, 1))
+    assert r0.launch_id and r0.launch_id == r1.launch_id  # every rank reads the one the first put
+    assert trace_id(r0) == trace_id(r1)  # one trace per step across ranks
+    again = detect(TORCHRUN, dist=_process_group(dist.HashStore(), 0))
+    assert again.job_id == r0.job_id and again.launch_id != r0.launch_id
+    assert trace_id(again) != trace_id(r0)
+    # no store (a custom process group): the job id alone, as before
+    assert detect(TORCHRUN, dist=_process_group(None, 0)).launch_id is None

@@ -26,6 +26,7 @@ def _check_layout(job, nproc: int, steps: int) -> None:
     assert sorted(p.name for p in job.job_dir.iterdir()) == [f"rank{r}" for r in range(nproc)]
     pids = {}
     seen = set()
+    launches = set()
     for r in range(nproc):
         runs = sorted((job.job_dir / f"rank{r}").iterdir())
         assert len(runs) == steps, runs
@@ -35,12 +36,14 @@ def _check_layout(job, nproc: int, steps: int) -> None:
             assert m["job_id"] == f"127.0.0.1:{job.port}" and m["distributed"]["backend"] == "gloo"
             assert (run / "rank.json").is_file()
             pids.setdefault(r, set()).add(m["pid"])
+            launches.add(m["distributed"]["launch_id"])
         assert sorted(json.loads((run / "manifest.json").read_text())["distributed"]["call_index"] for run in runs) == list(range(steps))
         reported = {p["path"] for p in job.reports[r]["runs"]}
         assert reported == {str(run) for run in runs}  # what the rank's Run objects say, on disk
         assert not reported & seen  # no two ranks share a directory
         seen |= reported
     assert all(len(p) == 1 for p in pids.values()) and len(set().union(*pids.values())) == nproc
+    assert len(launches) == 1 and None not in launches  # one launch id, through torchrun's store
 
 
 def test_four_ranks_the_sleeping_rank_is_the_straggler(tmp_path):

@@ -28,6 +28,7 @@ import re
 import socket
 import sys
 import threading
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -56,6 +57,9 @@ class RankInfo:
     backend: str | None = None  #: torch.distributed's backend (gloo, nccl, xla...) once initialised
     source: str = "env"  #: "env" (torchrun's variables) or "torch.distributed"
     host: str = ""
+    #: one random id per launch, the same on every rank (through the process group's store):
+    #: a relaunch with the same job id (plain torchrun: MASTER_ADDR:PORT) gets other trace ids
+    launch_id: str | None = None
 
     @property
     def job_dir(self) -> str:
@@ -74,6 +78,7 @@ class RankInfo:
                 "restart_count": self.restart_count,
                 "backend": self.backend,
                 "source": self.source,
+                "launch_id": self.launch_id,
             },
         }
 
@@ -127,12 +132,13 @@ def detect(env: Mapping[str, str] | None = None, dist: Any = None) -> RankInfo |
     if dist is None:
         dist = _loaded_dist()
     rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
-    source, backend = "env", None
+    source, backend, launch = "env", None, None
     if dist is not None:
         try:
             if dist.is_available() and dist.is_initialized():
                 rank, world, source = int(dist.get_rank()), int(dist.get_world_size()), "torch.distributed"
                 backend = str(dist.get_backend())
+                launch = _launch_id(dist)
         except Exception:  # a broken process group must not cost the profile (logged)
             log.debug("neuronscope: reading torch.distributed failed", exc_info=True)
     if rank is None or world is None:
@@ -159,7 +165,24 @@ def detect(env: Mapping[str, str] | None = None, dist: Any = None) -> RankInfo |
         backend=backend,
         source=source,
         host=socket.gethostname(),
+        launch_id=launch,
     )
+
+
+LAUNCH_KEY = "neuronscope/launch_id"
+
+
+def _launch_id(dist: Any) -> str | None:
+    """A random id the first rank to ask puts in the process group's key-value store (torchrun's
+    TCPStore, new for every launch); the others read it back. No collective: a rank that
+    profiles alone (``ranks=[0]``) never waits for the others."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        value = store.compare_set(LAUNCH_KEY, "", uuid.uuid4().hex[:16])  # sets it only when absent
+    except Exception:  # noqa: BLE001 - no store (a custom process group): the job id alone
+        log.debug("neuronscope: no launch id from the process group's store", exc_info=True)
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _loaded_dist() -> Any:

@@ -68,7 +68,10 @@ def step_context(run: Any, parent: Any) -> StepContext | None:
         return None
     index = int(dist.get("call_index", 0))
     window = int(m.get("window") or 0)
+    launch = dist.get("launch_id")  # absent before the process group is up: the job id alone
     seed = f"{m.get('job_id')}|{dist.get('restart_count', 0)}|{run.name}|{index}|{window}"
+    if launch:
+        seed = f"{launch}|{seed}"
     trace_id, span_id = _hash(seed, 16), _hash(seed + "|step", 8)
     profiled = dist.get("profiled_ranks", "all")
     first = 0 if profiled == "all" or not profiled else min(int(r) for r in profiled)
