@@ -153,6 +153,26 @@ def test_profile_names_are_bounded_too(reader, xw, monkeypatch):
     m.reset_cardinality()
 
 
+def test_neuron_device_metrics_share_the_profile_name_bound(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(m, "MAX_PROFILE_NAMES", 3)
+    m.reset_cardinality()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    explorer = {"metrics": {"mfu_percent": 40.0, "total_time_s": 0.5, "hbm_read_bytes": 1024}}
+    for i in range(6):
+        run = SimpleNamespace(device="neuron", name=f"request-{i}", manifest={"neuron": {"explorer": explorer}})
+        otel._record_neuron_metrics(run, provider)
+    got = {mt.name: mt for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for mt in sm.metrics}
+    for name in ("neuronscope.neuron.utilization", "neuronscope.neuron.device_time", "neuronscope.neuron.memory.io"):
+        names = {p.attributes["neuronscope.profile.name"] for p in got[name].data.data_points}
+        assert len(names) == 4 and m.OTHER in names, (name, names)
+    assert got["neuronscope.neuron.utilization"].unit == "1"
+    assert {p.value for p in got["neuronscope.neuron.utilization"].data.data_points} == {0.4}
+    m.reset_cardinality()
+
+
 def test_exemplars_carry_the_root_span(reader, xw):
     spans = InMemorySpanExporter()
     tp = TracerProvider()

@@ -229,7 +229,11 @@ def test_explorer_metrics_and_insights_reach_every_surface(tmp_path):
     assert "MFU" in out["html"]
     # Metrics
     util = {p["attributes"]["neuronscope.neuron.metric"]: p["value"] for p in out["metrics"]["neuronscope.neuron.utilization"]}
-    assert util["mfu"] == m["mfu_percent"] and util["tensor_engine_active"] == m["engine_active_percent"]["tensor"]
+    # fractions with unit "1", as OpenTelemetry's *.utilization metrics
+    assert util["mfu"] == pytest.approx(m["mfu_percent"] / 100)
+    assert util["tensor_engine_active"] == pytest.approx(m["engine_active_percent"]["tensor"] / 100)
+    io = {p["attributes"]["neuronscope.neuron.metric"]: p["value"] for p in out["metrics"]["neuronscope.neuron.memory.io"]}
+    assert io["spill_reload"] == m["spill_reload_bytes"] and io["hbm_read"] == m["hbm_read_bytes"]
     assert out["metrics"]["neuronscope.neuron.host_memory.usage"][0]["count"] == 2
     assert out["metrics"]["neuronscope.neuron.cpu.utilization"][0]["count"] == system["cpu_util"]["samples"]
 

@@ -210,10 +210,12 @@ def _neuron_instruments_for(meter_provider: Any) -> dict[str, Any]:
                 return create(name, **kw).set if create else meter.create_histogram(name, **kw).record
 
             found = _neuron_instruments[key] = {
-                "util": gauge("neuronscope.neuron.utilization", unit="%", description="Neuron Explorer utilisation of one profile (MFU, HFU, MBU, engine active, ...)"),
-                "time": gauge("neuronscope.neuron.device_time", unit="s", description="On-device time of one profile (Neuron Explorer total_time)"),
+                # utilisation as a fraction with unit "1", as OpenTelemetry's *.utilization metrics
+                "util": gauge("neuronscope.neuron.utilization", unit="1", description="Neuron Explorer utilisation of one profile, 0-1 (MFU, HFU, MBU, engine active, ...)"),
+                "time": gauge("neuronscope.neuron.device_time", unit="s", description="On-device time of one profile (Neuron Explorer total_time; metric=dma_active: DMA active time)"),
+                "bytes": gauge("neuronscope.neuron.memory.io", unit="By", description="Bytes one profile moved (Neuron Explorer hbm_read, hbm_write, spill_reload, spill_save)"),
                 "host_mem": meter.create_histogram("neuronscope.neuron.host_memory.usage", unit="By", description="Host memory samples of the Neuron system profile"),
-                "cpu": meter.create_histogram("neuronscope.neuron.cpu.utilization", unit="%", description="Per-core CPU utilisation samples of the Neuron system profile"),
+                "cpu": meter.create_histogram("neuronscope.neuron.cpu.utilization", unit="1", description="Per-core CPU utilisation samples of the Neuron system profile, 0-1"),
                 "dropped": meter.create_counter("neuronscope.neuron.dropped_events", unit="{event}", description="Trace events the Neuron runtime dropped during capture"),
             }
         return found
@@ -230,22 +232,28 @@ def _record_neuron_metrics(run: "Run", meter_provider: Any) -> None:
         return
     try:
         inst = _neuron_instruments_for(meter_provider)
-        base = {"neuronscope.device": run.device, "neuronscope.profile.name": run.name[:256]}
+        # the same bounded profile label as the core metrics (a service cannot blow up the backend)
+        base = {"neuronscope.device": run.device, "neuronscope.profile.name": _metrics._cardinality.profile(run.name)}
         metrics = (neuron.get("explorer") or {}).get("metrics") or {}
         for key, label in _UTIL_METRICS.items():
             if isinstance(metrics.get(key), (int, float)):
-                inst["util"](float(metrics[key]), base | {"neuronscope.neuron.metric": label})
+                inst["util"](float(metrics[key]) / 100, base | {"neuronscope.neuron.metric": label})
         for engine, pct in (metrics.get("engine_active_percent") or {}).items():
-            inst["util"](float(pct), base | {"neuronscope.neuron.metric": f"{engine}_engine_active"})
+            inst["util"](float(pct) / 100, base | {"neuronscope.neuron.metric": f"{engine}_engine_active"})
         if isinstance(metrics.get("total_time_s"), (int, float)):
             inst["time"](float(metrics["total_time_s"]), base)
+        if isinstance(metrics.get("dma_active_time_s"), (int, float)):
+            inst["time"](float(metrics["dma_active_time_s"]), base | {"neuronscope.neuron.metric": "dma_active"})
+        for key in ("hbm_read_bytes", "hbm_write_bytes", "spill_reload_bytes", "spill_save_bytes"):
+            if isinstance(metrics.get(key), (int, float)):
+                inst["bytes"](float(metrics[key]), base | {"neuronscope.neuron.metric": key.removesuffix("_bytes")})
         profile = getattr(run, "_system_profile", None)
         for sample in getattr(profile, "mem_usage", ()):
             if isinstance(sample.get("usage"), (int, float)):
                 inst["host_mem"].record(sample["usage"], base)
         for sample in getattr(profile, "cpu_util", ()):
             if isinstance(sample.get("util"), (int, float)):
-                inst["cpu"].record(sample["util"], base)
+                inst["cpu"].record(sample["util"] / 100, base)  # the system profile says percent
         dropped = neuron.get("dropped_events")
         if isinstance(dropped, dict) and dropped.get("dropped"):
             inst["dropped"].add(int(dropped["dropped"]), base)
