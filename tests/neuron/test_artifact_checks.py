@@ -81,6 +81,23 @@ def test_model_mode_pairs_unmatched_neff_is_information(tmp_path):
     assert f"neuron-explorer view -n {d / 'neff_222.neff'} -s {d / '222_instid_0_vnc_0.ntff'}" in found.explorer_commands()
 
 
+def test_a_device_only_capture_leads_with_the_pair_view(tmp_path):
+    """Without trace_info.pb / ntrace.pb a directory upload fails ("No metadata found for system
+    profile", troubleshooting.rst): the NEFF/NTFF pair view comes first."""
+    d = tmp_path / INSTANCE
+    d.mkdir()
+    for name in ("neff_222.neff", "222_instid_0_vnc_0.ntff"):
+        (d / name).write_bytes(b"x")
+    found = find_artifacts(tmp_path)
+    assert not found.has_system_profile
+    cmds = found.explorer_commands()
+    assert cmds[0] == f"neuron-explorer view -n {d / 'neff_222.neff'} -s {d / '222_instid_0_vnc_0.ntff'}"
+    assert cmds[1] == f"neuron-explorer view -d {tmp_path}"
+    (d / "ntrace.pb").write_bytes(b"x")
+    (d / "trace_info.pb").write_bytes(b"x")
+    assert find_artifacts(tmp_path).explorer_commands()[0] == f"neuron-explorer view -d {tmp_path}"
+
+
 def test_only_system_files_means_device_profiling_was_off(tmp_path):
     d = tmp_path / INSTANCE / "20260101_000000_000001"
     d.mkdir(parents=True)

@@ -428,7 +428,10 @@ class NeuronBackend(DeviceBackend):
             run.warnings.extend(explorer.errors)
             dropped = dropped or explorer.dropped
             system_profile = system_profile or explorer.system_profile
-            notes += [f"open in Neuron Explorer: {cmd}" for cmd in artifacts.explorer_commands()[:2]]
+            commands = artifacts.explorer_commands()
+            notes += [f"open in Neuron Explorer: {cmd}" for cmd in commands[:3]]
+            if len(commands) > 3:  # the json / perfetto exports, the per-pair views
+                notes.append(f"{len(commands) - 3} more Explorer commands: neuronscope artifacts <run dir>")
         if dropped is not None:
             info["dropped_events"] = dropped.to_dict()
             run.warnings.append(dropped.problem())

@@ -183,10 +183,13 @@ class NeuronArtifacts:
         cmds.append(f"neuron-explorer view -d {root} --output-format summary-json --output-file {_q(out / 'summary.json')}")
         cmds.append(f"neuron-explorer view -d {root} --output-format json --output-file {_q(out / 'system_profile.json')}")
         cmds.append(f"neuron-explorer view -d {root} --output-format perfetto --output-file {_q(out / 'system_profile.pftrace')}")
-        for g in self.groups:
-            if g.layout == "model" and g.neff and g.ntff:
-                cmds.append(f"neuron-explorer view -n {_q(g.neff)} -s {_q(g.ntff[0])}")
-        return cmds
+        pairs = [f"neuron-explorer view -n {_q(g.neff)} -s {_q(g.ntff[0])}" for g in self.groups
+                 if g.layout == "model" and g.neff and g.ntff]
+        if not self.has_system_profile and pairs:
+            # device-only capture: a directory upload fails ("No metadata found for system
+            # profile" without trace_info.pb / ntrace.pb); the NEFF/NTFF pair view works
+            return pairs + cmds
+        return cmds + pairs
 
     def to_manifest(self) -> dict[str, Any]:
         cmds = self.explorer_commands()
