@@ -150,8 +150,13 @@ def forget_provider(meter_provider: Any) -> None:
         _instruments.pop(id(meter_provider), None)
 
 
+#: counts in ns.stats() that are not what happened to a call (a profiled call that waited for the
+#: backlog is counted as profiled already)
+_NOT_OUTCOMES = frozenset({"backpressure_waits"})
+
+
 def _observe_calls(_options: Any) -> list[Observation]:
-    return [Observation(v, {"neuronscope.outcome": k}) for k, v in _stats.stats().items()]
+    return [Observation(v, {"neuronscope.outcome": k}) for k, v in _stats.stats().items() if k not in _NOT_OUTCOMES]
 
 
 class _Cardinality:
