@@ -313,7 +313,9 @@ with profile:
     torch.relu(torch.ones(8))
 ns.flush(30)
 body = urllib.request.urlopen(ep.url, timeout=10).read().decode()
-print(json.dumps({"endpoint": ep.port, "has_run": 'neuronscope_profile_name="from-env"' in body}))
+target = next((line for line in body.splitlines() if line.startswith("target_info{")), "")
+rank = {"target_info_rank": 'neuronscope_rank="1"' in target} if "neuronscope_rank" in target else {}
+print(json.dumps({"endpoint": ep.port, "has_run": 'neuronscope_profile_name="from-env"' in body, **rank}))
 """
 
 
@@ -352,3 +354,22 @@ def test_no_endpoint_when_neuronscope_is_disabled(tmp_path):
         port = s.getsockname()[1]
     result, _ = _run_with_env(tmp_path, NEURONSCOPE_PROMETHEUS_PORT=str(port), NEURONSCOPE_DISABLED="1")
     assert result == {"endpoint": None}
+
+
+def test_under_torchrun_each_local_rank_serves_the_next_port(tmp_path):
+    """Every rank inherits NEURONSCOPE_PROMETHEUS_PORT: local rank N serves port + N, and
+    target_info carries the rank."""
+    for _ in range(20):  # two free ports in a row
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with socket.socket() as s2:
+            try:
+                s2.bind(("127.0.0.1", port + 1))
+                break
+            except OSError:
+                continue
+    torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    result, _ = _run_with_env(tmp_path, NEURONSCOPE_PROMETHEUS_PORT=str(port), **torchrun)
+    assert result == {"endpoint": port + 1, "has_run": True, "target_info_rank": True}

@@ -79,9 +79,22 @@ def configure_otel(**changes: Any) -> None:
             _safe(provider.shutdown)
 
 
+def _port_for_this_rank(port: int | None) -> int | None:
+    """Under torchrun every local rank inherits the same port: local rank N serves port + N."""
+    if not port:
+        return port  # None (stop) or 0 (a free port)
+    try:
+        local_rank = int(os.environ.get("LOCAL_RANK", ""))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "2"))
+    except ValueError:
+        return port
+    return port + local_rank if local_world > 1 and 0 <= local_rank < local_world else port
+
+
 def _set_prometheus(port: int | None, service_name: str | None, *, source: str) -> None:
     """Start, move or stop the endpoint. Raises ConfigurationError (nothing changed) on failure."""
     global _prometheus
+    port = _port_for_this_rank(port)
     with _prometheus_lock:
         current = _prometheus
         if current is not None and port is not None and port in (current.requested_port, current.port):

@@ -165,7 +165,11 @@ class PrometheusEndpoint:
         # private and ours (the served one) wraps it.
         self.reader = _Reader(registry=CollectorRegistry())
         self.registry.register(_ExemplarCollector(self.reader))
-        attrs = {SERVICE_NAME: service_name} if service_name else {}
+        attrs: dict[str, Any] = {SERVICE_NAME: service_name} if service_name else {}
+        # target_info tells the ranks of a torchrun job apart (service.instance.id, rank, ...)
+        from .distributed import rank_resource_attributes
+
+        attrs = {**rank_resource_attributes(), **attrs}
         # shutdown_on_exit=False: stop() (configure or neuronscope's exit hook) shuts it down, once
         self.meter_provider = MeterProvider(
             resource=Resource.create(attrs), metric_readers=[self.reader], shutdown_on_exit=False
