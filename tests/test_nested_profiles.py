@@ -172,3 +172,16 @@ def test_an_outer_profile_holds_every_window_of_a_scheduled_profile_inside_it(xw
     assert _calls(outer.summary.regions["forward"], "aten::add") == 6
     assert _calls(outer.summary, "aten::mul") == 2
     assert ns.flush(60) and ns.stats()["errors"] == errors  # a schedule that ran its course is no error
+
+
+def test_step_markers_in_a_plain_torch_profiler_reach_the_offline_diagnosis(xw, tmp_path):
+    x, w = xw
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(4):
+            x.mul(2)
+            ns.step()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    d = ns.diagnose(path)
+    # no capture marker says where the first step began: the 3 steps between the 4 markers
+    assert d.steps is not None and d.steps.source == "ns.step" and d.steps.count == 3

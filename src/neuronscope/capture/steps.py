@@ -13,21 +13,24 @@ def step() -> None:
     Inside a profile, the diagnosis then reports per-step wall time (p50/p90/p99/max, the
     slowest step) and a bound-by verdict per step. With ``profile_neuron(schedule=...)`` it
     also advances the schedule, like ``run.step()``. Outside a profile it does nothing
-    (a list check), so it can stay in production loops.
+    (two flag checks), so it can stay in production loops.
 
         with ns.profile_neuron() as run:
             for batch in loader:
                 train_step(batch)
                 ns.step()
     """
+    import torch.autograd.profiler as _ap
+
     from . import session
 
-    if not session._open:  # no neuronscope profile open: one list check
-        return
-    # not torch's "profiler enabled" flag: a schedule's wait steps record nothing, yet they
-    # must be stepped through
-    capture = session.innermost()
-    if capture is not None and capture.spec.schedule is not None:
-        capture.step()
-        return
-    session._mark(STEP_MARKER)
+    if session._open:
+        # checked before torch's "profiler enabled" flag: a schedule's wait steps record
+        # nothing, yet they must be stepped through
+        capture = session.innermost()
+        if capture is not None and capture.spec.schedule is not None:
+            capture.step()
+            return
+    elif not _ap._is_profiler_enabled:
+        return  # no profile at all: two flag checks
+    session._mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
