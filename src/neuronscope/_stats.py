@@ -50,7 +50,8 @@ def stats() -> dict[str, int]:
     ``skipped_backpressure`` sampled calls not profiled because the profiles waiting to be
     written held more than ``max_pending_bytes`` (decided before profiling, so nothing is
     thrown away); ``backpressure_waits`` profiles without sampling options that waited for
-    those to be written instead of being skipped; ``joined`` profiles nested in a scheduled one, recorded as its region;
+    those to be written instead of being skipped; ``joined`` profiles nested in a scheduled
+    one, recorded as its region;
     ``unsampled`` calls the sampler passed over; ``dropped`` always 0 (a decided sample is
     always processed; kept so dashboards keep working);
     ``errors`` failures inside neuronscope (logged, never raised into user code);

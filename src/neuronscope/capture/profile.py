@@ -290,6 +290,7 @@ class _Capture:
         _stats.record("backpressure_waits")
         _warn_backpressure_wait(self.name, waited)
         return ok
+
     def _join_as_region(self, outcome: Any) -> Run:
         # Inside a scheduled profile (its windows cannot be split) or someone else's profiler:
         # show up in it as a region.

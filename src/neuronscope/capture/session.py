@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+# the markers a capture leaves in the trace
+from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
+
 if TYPE_CHECKING:
     from .profile import _Capture
 
@@ -61,8 +64,6 @@ JOIN = _Outcome("JOIN")  #: inside a scheduled capture (whose windows cannot be 
 OTHER_THREAD = _Outcome("OTHER_THREAD")  #: a thread-local session runs on another thread: unprofiled
 FOREIGN = _Outcome("FOREIGN")  #: someone else's torch.profiler runs: record as a region of theirs
 
-# the markers a capture leaves in the trace (see trace/kinds.py)
-from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT  # noqa: E402
 
 
 @dataclass

@@ -228,6 +228,16 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
     return lanes, dropped
 
 
+def time_axis_ticks(x0: float, x1: float, axis_h: int, h: int, span_ns: float) -> str:
+    """Five ticks from +0 to +span along the top of an SVG time chart (both report charts)."""
+    return "".join(
+        f'<line class="tick" x1="{x0 + k * (x1 - x0) / 4:.2f}" x2="{x0 + k * (x1 - x0) / 4:.2f}" y1="{axis_h - 4}" y2="{h}"/>'
+        f'<text class="tick-label" x="{x0 + k * (x1 - x0) / 4:.2f}" y="{axis_h - 8}" '
+        f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">+{format_us(k * span_ns / 4 / 1e3)}</text>'
+        for k in range(5)
+    )
+
+
 def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     trace = source.trace
     if trace is None:
@@ -281,12 +291,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
                 )
                 drawn += 1
         parts.append("</g>")
-    ticks = "".join(
-        f'<line class="tick" x1="{x0 + k * (x1 - x0) / 4:.2f}" x2="{x0 + k * (x1 - x0) / 4:.2f}" y1="{axis_h - 4}" y2="{h}"/>'
-        f'<text class="tick-label" x="{x0 + k * (x1 - x0) / 4:.2f}" y="{axis_h - 8}" '
-        f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">+{format_us(k * span / 4 / 1e3)}</text>'
-        for k in range(5)
-    )
+    ticks = time_axis_ticks(x0, x1, axis_h, h, span)
     mode_note = "" if drawn == total_events else f" ({total_events} events aggregated into {bins} time bins where a lane has more than {budget})"
     lane_note = f"; {dropped} quieter lanes not drawn" if dropped else ""
     return (

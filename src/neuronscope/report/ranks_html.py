@@ -20,6 +20,7 @@ from typing import Any
 
 from .._version import __version__
 from ._assets import CSS, JS
+from .html import time_axis_ticks
 from .text import format_us
 
 __all__ = ["render_ranks_html", "write_ranks_html"]
@@ -82,12 +83,7 @@ def _lanes(c: Any) -> str:
                     )
             drawn += 1
         parts.append("</g>")
-    ticks = "".join(
-        f'<line class="tick" x1="{x0 + k * (x1 - x0) / 4:.2f}" x2="{x0 + k * (x1 - x0) / 4:.2f}" y1="{axis_h - 4}" y2="{h}"/>'
-        f'<text class="tick-label" x="{x0 + k * (x1 - x0) / 4:.2f}" y="{axis_h - 8}" '
-        f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">+{format_us(k * span / 4 / 1e3)}</text>'
-        for k in range(5)
-    )
+    ticks = time_axis_ticks(x0, x1, axis_h, h, span)
     note = f" {dropped} collectives not drawn (more than {budget} on a lane)." if dropped else ""
     return (
         f'<svg id="rank-lanes" class="chart rank-lanes" viewBox="0 0 {_W} {h}" width="100%" role="img" '

@@ -83,12 +83,10 @@ def _port_for_this_rank(port: int | None) -> int | None:
     """Under torchrun every local rank inherits the same port: local rank N serves port + N."""
     if not port:
         return port  # None (stop) or 0 (a free port)
-    try:
-        local_rank = int(os.environ.get("LOCAL_RANK", ""))
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "2"))
-    except ValueError:
-        return port
-    return port + local_rank if local_world > 1 and 0 <= local_rank < local_world else port
+    from ...capture.ranks import current
+
+    info = current()
+    return port + info.local_rank if info is not None and info.local_rank else port
 
 
 def _set_prometheus(port: int | None, service_name: str | None, *, source: str) -> None:

@@ -148,7 +148,10 @@ def rank_attributes(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def rank_resource_attributes() -> dict[str, Any]:
     """Resource attributes of the providers neuronscope builds itself, in a distributed job:
-    ``service.instance.id`` is ``<job id>/rank<N>`` (unique per rank, as the convention asks)."""
+    ``service.instance.id`` is ``<job id>/rank<N>`` (unique per rank, as the convention asks).
+    What ``OTEL_RESOURCE_ATTRIBUTES`` sets is left out: the user's setting wins."""
+    from opentelemetry.sdk.resources import OTELResourceDetector
+
     from ...capture.ranks import current
 
     info = current()
@@ -165,4 +168,5 @@ def rank_resource_attributes() -> dict[str, Any]:
         attrs["neuronscope.local_rank"] = info.local_rank
     if info.node_rank is not None:
         attrs["neuronscope.node_rank"] = info.node_rank
-    return attrs
+    from_env = OTELResourceDetector().detect().attributes
+    return {k: v for k, v in attrs.items() if k not in from_env}

@@ -143,10 +143,7 @@ def _build_own(settings: OtelSettings) -> list[Any]:
     attrs = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
     # a rank of a torchrun job: service.instance.id (instead of the SDK's random one), host.name,
     # rank...; what OTEL_RESOURCE_ATTRIBUTES sets wins
-    from opentelemetry.sdk.resources import OTELResourceDetector
-
-    from_env = OTELResourceDetector().detect().attributes
-    attrs = {**{k: v for k, v in rank_resource_attributes().items() if k not in from_env}, **attrs}
+    attrs = {**rank_resource_attributes(), **attrs}
     resource = Resource.create(attrs)  # reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES
     span_exporter: SpanExporter
     metric_exporter: MetricExporter
