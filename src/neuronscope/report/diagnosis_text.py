@@ -18,6 +18,7 @@ VERDICT_WORDS = {
     "sync": "sync-bound",
     "data": "data-bound",
     "compile": "compile-bound",
+    "none": "no verdict",
 }
 #: what each idle class means, in the words of the verdict line
 CLASS_WORDS = {
@@ -46,6 +47,9 @@ def headline(d: "Diagnosis") -> list[str]:
     where = " of the main thread (no accelerator)" if d.timeline == "cpu_main_thread" else ""
     verdict = VERDICT_WORDS.get(d.bound_by, d.bound_by)
     idle_total = sum(d.idle_us_by_class.values())
+    if d.bound_by == "none":
+        lines.append(d.notes[0] if d.notes else "nothing was recorded: no ops or device work in the window")
+        return lines
     if d.bound_by == "device":
         why = f"busy >= {d.evidence.get('device_bound_at_pct', 80):.0f}% of the window"
     else:

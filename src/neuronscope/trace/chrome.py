@@ -18,11 +18,13 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceLoadError
-from .model import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
+from .kinds import DEVICE_PROCESS, activity_kind, device_label
+from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["load_trace", "parse_trace_bytes"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
+STEP_PREFIX = "ProfilerStep#"
 
 
 # The fast path: msgspec decodes straight into these typed records, skipping every field we
@@ -30,6 +32,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 # Anything that does not fit (a foreign or hostile file) falls back to the generic path.
 class _Args(msgspec.Struct):
     external_id: int = msgspec.field(name="External id", default=0)
+    external_id_lower: int = msgspec.field(name="external id", default=0)  # device/runtime events, torch 1.8-1.10
     correlation: int = 0
     name: str | None = None  # metadata events: process_name
     labels: str | None = None  # metadata events: process_labels
@@ -131,25 +134,49 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
     threads: dict[tuple[Any, Any], int] = {}
     saw_device = saw_neuron = False
     other = EventKind.OTHER
+    op_kind = EventKind.OP
     device_kinds = (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME)
-    get_kind = ACTIVITY_KINDS.get
+    # events on a device's own lanes carry the device's id as pid (HTA reads them the same way):
+    # an accelerator whose categories we do not know by name (MTIA, a PrivateUse1 backend) is
+    # still read as one
+    device_pids = {d.get("id") for d in (doc.deviceProperties or ()) if isinstance(d, dict)} - {None}
+    kind_of: dict[tuple[str | None, bool], EventKind] = {}  # memo: categories repeat, events are many
+    unknown_on: dict[int, Any] = {}  # position -> pid, for unknown categories off the known device pids
+    runtime_names: set[str] = set()
+    device_cats: set[str] = set()
     for ev in doc.traceEvents:
         if ev.ph != "X":
-            if ev.ph == "M" and ev.args is not None and "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
-                saw_neuron = True
+            if ev.ph == "M" and ev.args is not None:
+                if "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
+                    saw_neuron = True
+                if ev.name == "process_name" and ev.args.name and DEVICE_PROCESS.match(ev.args.name):
+                    device_pids.add(ev.pid)
             continue
         cat = ev.cat
-        kind = get_kind(cat, other)
+        on_device = ev.pid in device_pids
+        kind = kind_of.get((cat, on_device))
+        if kind is None:
+            kind = kind_of[(cat, on_device)] = activity_kind(cat, on_device_lane=on_device)
+            if kind in device_kinds and cat:
+                device_cats.add(cat)
+        if kind == other and not on_device and activity_kind(cat, on_device_lane=True) == EventKind.DEVICE:
+            unknown_on[len(names)] = ev.pid  # decided below: device metadata may come after the events
         name = ev.name
         if name in FILTERED_NAMES or name.startswith(MARKER_PREFIX):
             kind = other
+        elif kind == op_kind and "#" in name and (name.startswith(STEP_PREFIX) or cat == "Operator"):
+            # torch's own record_function annotations ("ProfilerStep#3", "Optimizer.step#SGD.step",
+            # "enumerate(DataLoader)#..."): torch 1.8-1.10 wrote them as operators
+            kind = EventKind.REGION
         args = ev.args
         if args is not None and args.input_dims is not None and name in INPUT_OPS:
             inputs[len(names)] = (list(args.input_dims), list(args.input_type or ()))
-        ext = args.external_id if args is not None else 0
+        ext = (args.external_id or args.external_id_lower) if args is not None else 0
         if kind in device_kinds:
             if cat == "privateuse1_runtime":
                 saw_neuron = True
+            if kind == EventKind.RUNTIME and len(runtime_names) < 64:
+                runtime_names.add(name)
             saw_device = saw_device or kind == EventKind.DEVICE
             c, link = (args.correlation if args is not None else 0), ext
         else:
@@ -167,8 +194,21 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         corr.append(c)
         linked.append(link)
         cats.append(cat or "")
+    # unknown categories on lanes that metadata (seen anywhere in the file) names a device's
+    for pos, pid in unknown_on.items():
+        if pid in device_pids and kinds[pos] == other and names[pos] not in FILTERED_NAMES:
+            kinds[pos] = EventKind.DEVICE
+            linked[pos], corr[pos] = corr[pos], 0  # stored as an op's: device events link, not own
+            saw_device = True
+            device_cats.add(cats[pos])
     if device is None:
-        device = doc.neuronscope_device or ("neuron" if saw_device and saw_neuron else ("cuda" if saw_device else "cpu"))
+        device = doc.neuronscope_device or device_label(
+            saw_device=saw_device,
+            saw_neuron=saw_neuron,
+            categories=device_cats,
+            runtime_names=runtime_names,
+            device_names=[str(d.get("name", "")) for d in (doc.deviceProperties or ()) if isinstance(d, dict)],
+        )
     return Trace.from_columns(
         names=names,
         kind=kinds,

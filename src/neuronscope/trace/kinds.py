@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
+import re
 
 __all__ = [
     "ACTIVITY_KINDS",
+    "activity_kind",
+    "device_label",
     "FILTERED_NAMES",
     "INPUT_OPS",
     "MARKER_CAPTURE",
@@ -46,7 +49,84 @@ ACTIVITY_KINDS: dict[str, EventKind] = {
     "xpu_runtime": EventKind.RUNTIME,
     "mtia_runtime": EventKind.RUNTIME,
     "python_function": EventKind.PYTHON,
+    # the CUPTI range profiler's per-kernel ranges (CUPTI_PROFILER activity): device work
+    "cuda_profiler_range": EventKind.DEVICE,
 }
+#: Kineto's first chrome-trace format (torch 1.8-1.10) named categories differently; the
+#: lookup is case-insensitive, so these cover "Operator", "Kernel", "Runtime", "Memcpy",
+#: "Memset", "User" (a GPU user annotation lane) and "gpu_user_Annotation".
+_LEGACY_KINDS: dict[str, EventKind] = {
+    "operator": EventKind.OP,
+    "kernel": EventKind.DEVICE,
+    "memcpy": EventKind.DEVICE,
+    "memset": EventKind.DEVICE,
+    "runtime": EventKind.RUNTIME,
+    "driver": EventKind.RUNTIME,
+    "user": EventKind.DEVICE_ANNOTATION,
+    "gpu_user_annotation": EventKind.DEVICE_ANNOTATION,
+    "python": EventKind.PYTHON,
+}
+#: categories that are never work on a lane, even when written on a device's lanes
+#: (``cuda_sync``: CUPTI's record of a stream/event wait; ``Trace``: the profiling span)
+_NOT_WORK = frozenset({"cuda_sync", "trace", "cpu_instant_event", "external_correlation", "overhead", "ac2g", "async"})
+
+
+def activity_kind(category: str | None, *, on_device_lane: bool = False) -> EventKind:
+    """The kind of a chrome-trace event from its ``cat`` (any Kineto format since torch 1.8).
+
+    A category we do not know by name is a runtime call when it names one (``mtia_runtime``,
+    ``<backend>_runtime``), device work when the event sits on a device's lane (its pid is a
+    device's: a ``deviceProperties`` id, or a process named like ``MTIA 9``), and ``OTHER``
+    otherwise.
+    """
+    if not category:
+        return EventKind.OTHER
+    kind = ACTIVITY_KINDS.get(category)
+    if kind is not None:
+        return kind
+    low = category.lower()
+    kind = ACTIVITY_KINDS.get(low) or _LEGACY_KINDS.get(low)
+    if kind is not None:
+        return kind
+    if low in _NOT_WORK:
+        return EventKind.OTHER
+    if low.endswith(("_runtime", "_driver")):
+        return EventKind.RUNTIME
+    if on_device_lane:
+        return EventKind.DEVICE
+    return EventKind.OTHER
+
+
+#: Kineto names a device's process "<KIND> <id>" ("GPU 0", "MTIA 9"); the host's is the program
+DEVICE_PROCESS = re.compile(r"^[A-Za-z][A-Za-z0-9]* \d+$")
+
+_KNOWN_PREFIXES = ("cuda", "gpu", "privateuse1", "cpu", "user", "python", "kernel", "concurrent", "xpu")
+
+
+def device_label(
+    *,
+    saw_device: bool,
+    saw_neuron: bool,
+    categories: "set[str] | frozenset[str]" = frozenset(),
+    runtime_names: "set[str] | frozenset[str]" = frozenset(),
+    device_names: "list[str] | tuple[str, ...]" = (),
+) -> str:
+    """What the device lanes of a saved trace are, from what the trace says: ``neuron``,
+    ``rocm`` (HIP runtime calls or an AMD device), ``cuda``, another accelerator's own name
+    (``mtia`` from ``mtia_runtime``), or ``cpu`` when no event ran on a device."""
+    if not saw_device:
+        return "cpu"
+    if saw_neuron:
+        return "neuron"
+    if any(n.startswith("hip") for n in runtime_names) or any(
+        w in n for n in device_names for w in ("AMD", "Radeon", "Instinct")
+    ):
+        return "rocm"
+    for cat in sorted(categories):
+        prefix = cat.lower().split("_", 1)[0]
+        if prefix and prefix not in _KNOWN_PREFIXES and prefix not in _LEGACY_KINDS:
+            return prefix
+    return "cuda"
 
 #: Ops whose input shapes/dtypes the trace model keeps (when recorded): the advisor's rules
 #: about matmul precision/alignment, convolution bias and copies need them, nothing else does.

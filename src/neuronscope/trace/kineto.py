@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .model import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
+from .kinds import activity_kind
+from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["trace_from_kineto"]
 
@@ -63,7 +64,7 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
         names = tuple(name_table)
         categories = tuple(cat_table)
         other = int(EventKind.OTHER)
-        kind_of_cat = np.array([int(ACTIVITY_KINDS.get(c, other)) for c in categories], dtype=np.int64)
+        kind_of_cat = np.array([int(activity_kind(c)) for c in categories], dtype=np.int64)
         kind = kind_of_cat[category]
         if device != "cpu":
             corr = column(K.correlation_id)

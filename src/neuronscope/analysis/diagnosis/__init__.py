@@ -118,7 +118,8 @@ def diagnose_trace(
         count_by_class={c: int(n_by[i]) for i, c in enumerate(CLASSES)},
         top=tuple(top),
     )
-    bound_by = _verdict(busy_pct, idle_by_class)
+    # no verdict over an empty window: "device-bound" over 0 us would be a guess
+    bound_by = _verdict(busy_pct, idle_by_class) if window_ns > 0 else "none"
     idle_total = sum(idle_by_class.values())
     evidence: dict[str, Any] = {
         "device_busy_pct": round(busy_pct, 2),
@@ -129,6 +130,12 @@ def diagnose_trace(
     }
 
     ctx = Context(trace=trace, timeline=tl, summary=summary, steps=n_steps, facts=facts)
+    if window_ns <= 0:
+        ctx.note(
+            f"nothing was recorded: {len(trace)} events, none of them ops or device work in a window — the profiler "
+            "may have stopped before the work ran, its activities may have left the device out, or the file may be "
+            "in a format neuronscope does not read (please report it)"
+        )
     if tl.mode == "cpu_main_thread":
         ctx.note("no accelerator: 'device' is the CPU ops of the main thread, idle is the time between them")
     if not (trace.kind == 6).any():  # EventKind.PYTHON

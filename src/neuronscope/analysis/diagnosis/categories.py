@@ -7,6 +7,7 @@ import re
 import sys
 
 __all__ = [
+    "ASYNC_COPY",
     "COMPILE",
     "DATA",
     "ELEMENTWISE",
@@ -35,7 +36,8 @@ DATA = re.compile(
     r"^(?:data|dataloader|data_loading|load_batch|next_batch|get_batch|input_pipeline)$",
     re.IGNORECASE,
 )
-#: ops that make the host wait for the device (read a value back, or need its size)
+#: ops that read a device value back to the host (or need its size): they block when the
+#: tensor is on a device; on a CPU tensor they are plain reads
 SYNC_OPS = frozenset(
     {
         "aten::item",
@@ -50,12 +52,19 @@ SYNC_OPS = frozenset(
         "aten::tolist",
     }
 )
-#: device runtime calls that block the host
+#: device runtime calls that block the host until the device is done: ``*Synchronize``, the
+#: synchronous copies and memsets, Neuron's waits. Not the polls (``cudaEventQuery``,
+#: ``cudaStreamQuery`` return at once) and not ``*Async`` calls (see ASYNC_COPY).
 SYNC_RUNTIME = re.compile(
-    r"Synchronize|^cudaMemcpy(?:2D|3D)?$|^cudaMemset$|^cudaEventQuery$|^(?:hip|cuda)DeviceSynchronize|"
+    r"Synchronize|^(?:cuda|hip|cu)Memcpy(?!\w*Async)\w*$|^(?:cuda|hip)Memset(?:2D|3D)?$|"
     r"^nrt_?(?:sync|wait)|^neuron.*synchroni",
     re.IGNORECASE,
 )
+#: asynchronous copies: they block only when the host has to wait for the copy (a
+#: device-to-host copy into pageable memory); the trace shows that as the call lasting until
+#: its copy on the device ended
+ASYNC_COPY = re.compile(r"^(?:cuda|hip|cu)Memcpy\w*Async", re.IGNORECASE)
+
 #: pointwise ops: a chain of them reads and writes the whole tensor once each, unfused
 ELEMENTWISE = frozenset(
     "aten::" + n

@@ -33,7 +33,7 @@ DIAGNOSIS_SCHEMA_VERSION = 1
 GAP_CLASSES = ("host_wait", "launch", "sync", "data", "compile", "other")
 #: The verdicts: ``device`` when the device was busy >= 80 % of the window, else the idle class
 #: that held most of the idle time (``other`` counts as ``host``).
-BOUND_BY = ("device", "host", "launch", "sync", "data", "compile")
+BOUND_BY = ("device", "host", "launch", "sync", "data", "compile", "none")  # none: nothing recorded
 
 
 def _r(x: float, nd: int = 3) -> float:

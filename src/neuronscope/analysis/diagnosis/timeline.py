@@ -31,9 +31,9 @@ import numpy as np
 from ...trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, EventKind
 from ...trace.model import Trace
 from ..intervals import clip, complement, overlap_with, subtract, union
-from .categories import ELEMENTWISE, REDUCTIONS, SYNC_OPS, SYNC_RUNTIME, is_compile, is_data, user_frame
+from .categories import ASYNC_COPY, ELEMENTWISE, REDUCTIONS, SYNC_OPS, SYNC_RUNTIME, is_compile, is_data, user_frame
 
-__all__ = ["CLASS_INDEX", "Timeline", "build_timeline"]
+__all__ = ["CLASS_INDEX", "Timeline", "blocking_calls", "build_timeline"]
 
 CLASSES = ("host_wait", "launch", "sync", "data", "compile", "other")
 CLASS_INDEX = {c: i for i, c in enumerate(CLASSES)}
@@ -161,17 +161,16 @@ def build_timeline(
     bs, be = clip(bs, be, lo, hi)
     gs, ge = complement(bs, be, lo, hi)
 
-    # which top-level ops synchronise: a sync op by name, or one holding a blocking runtime call
-    sync_names = trace.name_mask(lambda n: n in SYNC_OPS)
-    top_is_sync = sync_names[top] if top.size else np.zeros(0, dtype=bool)
-    blocking = np.flatnonzero((kind == EventKind.RUNTIME) & trace.name_mask(lambda n: bool(SYNC_RUNTIME.search(n))))
+    # which top-level ops synchronise: value reads (``.item()``, ``nonzero``) by name, and any op
+    # holding a runtime call that blocked the host (not the polls: see blocking_calls)
+    top_is_sync = trace.name_mask(lambda n: n in SYNC_OPS)[top] if top.size else np.zeros(0, dtype=bool)
+    blocking = blocking_calls(trace, end)
     if blocking.size and top.size:
         top_s, top_e = trace.start_ns[top], end[top]
         i = np.searchsorted(top_s, trace.start_ns[blocking], side="right") - 1
         ok = (i >= 0) & (trace.thread[blocking] == main)
         i = i[ok]
         inside = end[blocking[ok]] <= top_e[np.maximum(i, 0)]
-        top_is_sync = top_is_sync.copy()
         top_is_sync[i[inside]] = True
 
     # device time under each top-level op (CPU run: the op's own time)
@@ -221,6 +220,28 @@ def build_timeline(
         data_e=de,
         facts=dict(facts or {}),
     )
+
+
+def blocking_calls(trace: Trace, end: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the runtime calls that blocked the host: ``*Synchronize``, synchronous
+    copies/memsets, and asynchronous copies the host still waited for (the call lasted until
+    its copy on the device had ended — a device-to-host copy into pageable memory)."""
+    if end is None:
+        end = trace.start_ns + trace.duration_ns
+    runtime = trace.kind == EventKind.RUNTIME
+    blocking = runtime & trace.name_mask(lambda n: bool(SYNC_RUNTIME.search(n)))
+    copies = np.flatnonzero(runtime & trace.name_mask(lambda n: bool(ASYNC_COPY.search(n))) & (trace.correlation_id > 0))
+    if copies.size:
+        dev = np.flatnonzero((trace.kind == EventKind.DEVICE) & (trace.correlation_id > 0))
+        if dev.size:
+            order = np.argsort(trace.correlation_id[dev], kind="stable")
+            corr_sorted = trace.correlation_id[dev][order]
+            hit = np.minimum(np.searchsorted(corr_sorted, trace.correlation_id[copies]), corr_sorted.size - 1)
+            found = corr_sorted[hit] == trace.correlation_id[copies]
+            copy_end = end[dev[order[hit]]]
+            waited = found & (end[copies] + _SYNC_TOLERANCE_NS >= copy_end)
+            blocking[copies[waited]] = True
+    return np.flatnonzero(blocking)
 
 
 def launcher_positions(trace: Trace, device_events: np.ndarray) -> np.ndarray:

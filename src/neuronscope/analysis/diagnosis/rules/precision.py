@@ -43,7 +43,7 @@ def _inputs(ctx: Context, names: frozenset[str]) -> dict[int, tuple[list, list]]
 
 @rule("fp32_matmul")
 def fp32_matmul(ctx: Context) -> list:
-    if ctx.device not in ("neuron", "cuda"):
+    if ctx.device not in ("neuron", "cuda", "rocm"):
         return []
     trace = ctx.trace
     heavy = _MATMUL | _CONV
@@ -61,18 +61,32 @@ def fp32_matmul(ctx: Context) -> list:
     dev_ns = _inclusive_total(ctx, hits, dev_by_op)
     names = sorted({trace.names[int(trace.name_id[p])] for p in hits})
     where = source_of(trace, np.array(hits, dtype=np.int64), limit=2)
-    chip = "Trainium's tensor engine" if ctx.device == "neuron" else "the GPU's tensor cores"
-    autocast = "neuron" if ctx.device == "neuron" else "cuda"
     return [
         ctx.finding(
             "fp32_matmul",
             f"{len(hits)} float32 {'/'.join(n.removeprefix('aten::') for n in names)} calls"
             + (f" at {where[0]}" if where else "")
-            + f": {chip} is bf16-native — use bfloat16 (torch.autocast('{autocast}', dtype=torch.bfloat16) or model.to(torch.bfloat16))",
+            + f": {_precision_advice(ctx)}",
             dev_ns / 2e3,
             {"calls": len(hits), "ops": names, "device_time_us": round(dev_ns / 1e3, 3), "locations": where},
         )
     ]
+
+
+def _precision_advice(ctx: Context) -> str:
+    """What to use instead of float32 on this chip: bf16 on Trainium, AMD CDNA and Ampere+;
+    fp16 on Volta/Turing (compute capability 7.x: fp16 tensor cores, no bf16)."""
+    if ctx.device == "neuron":
+        return "Trainium's tensor engine is bf16-native — use bfloat16 (torch.autocast('neuron', dtype=torch.bfloat16) or model.to(torch.bfloat16))"
+    props = ctx.trace.metadata.get("deviceProperties") or []
+    majors = [d.get("computeMajor") for d in props if isinstance(d, dict) and isinstance(d.get("computeMajor"), int)]
+    if ctx.device == "cuda" and majors and max(majors) < 8:
+        return (
+            "this GPU (compute capability 7.x) has float16 tensor cores but no bfloat16 — use mixed precision "
+            "(torch.autocast('cuda', dtype=torch.float16) with a GradScaler for training)"
+        )
+    cores = "matrix cores" if ctx.device == "rocm" else "tensor cores"
+    return f"the GPU's {cores} are bf16-native — use bfloat16 (torch.autocast('cuda', dtype=torch.bfloat16) or model.to(torch.bfloat16))"
 
 
 def _inclusive_total(ctx: Context, positions: list[int], dev_by_op: dict[int, int]) -> int:
