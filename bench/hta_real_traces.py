@@ -9,7 +9,9 @@ needing HTA installed. Run with the bench extra (``pip install -e '.[bench]'``):
 CORPUS_DIR defaults to $NEURONSCOPE_REAL_TRACES, else ../shared/real-traces beside the checkout.
 
 HTA's window is the span of the GPU events (first start to last end of every event on a
-stream: kernels, copies, memsets); busy = 100 - idle_time_pctg over that window.
+stream: kernels, copies, memsets; without the last profiler iteration, which HTA drops while
+reading); busy = 100 - idle_time_pctg over that window. The window is stored as the file's own
+``ts`` (microseconds), so a test can measure neuronscope's busy % over the same window.
 """
 
 from __future__ import annotations
@@ -39,11 +41,20 @@ def hta_busy(trace: Path) -> dict:
         shutil.copy(trace, Path(tmp) / trace.name)
         analyzer = TraceAnalysis(trace_dir=tmp)
         df = analyzer.get_temporal_breakdown(visualize=False)
+        # HTA's window: first start to last end of the events on a stream, without the last
+        # profiler iteration (HTA drops it while reading); its ts are the file's, in us
+        frame = next(iter(analyzer.t.traces.values()))
+        on_stream = frame[frame["stream"].ne(-1)]
+        shift = float(analyzer.t.min_ts)  # HTA moves ts to start at the trace's first event
+        start_us = float(on_stream["ts"].min()) + shift
+        end_us = float((on_stream["ts"] + on_stream["dur"]).max()) + shift
     row = df.iloc[0]
     return {
         "busy_pct": round(100.0 - float(row["idle_time_pctg"]), 2),
         "idle_us": float(row["idle_time(us)"]),
         "window_us": float(row["kernel_time(us)"]),
+        "window_start_us": start_us,
+        "window_end_us": end_us,
     }
 
 
