@@ -102,3 +102,20 @@ def test_no_verdict_over_an_empty_window():
     d = diagnose_trace(parse_trace_bytes(_trace([{"ph": "i", "name": "x", "pid": 1, "tid": 1, "ts": 5}])))
     assert d.bound_by == "none" and d.window_us == 0
     assert "nothing was recorded" in str(d) and "bound" not in str(d).split("\n")[0]
+
+
+def test_a_fused_or_wrapping_optimizer_is_not_called_single_tensor():
+    def step(opt: str, t: int, inner: str | None = None) -> list[dict]:
+        events = [{**_op(f"Optimizer.step#{opt}.step", t, 100, 1, cat="user_annotation")}]
+        if inner:
+            events.append({**_op(f"Optimizer.step#{inner}.step", t + 1, 98, 2, cat="user_annotation")})
+        events += [_op(n, t + 5 + 10 * k, 5, 10 + k) for k, n in enumerate(["aten::add_", "aten::mul_", "aten::addcmul_", "aten::sqrt", "aten::div"])]
+        return events
+
+    def finding(events):
+        return diagnose_trace(parse_trace_bytes(_trace(events))).finding("optimizer_single_tensor")
+
+    assert finding(step("SGD", 0)) is not None
+    assert finding(step("FusedAdam", 0)) is None
+    wrapped = finding(step("CombinedOptimizer", 0, inner="Adam"))
+    assert wrapped is not None and wrapped.evidence["optimizers"] == ["Adam"]

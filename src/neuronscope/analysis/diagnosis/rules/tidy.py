@@ -82,6 +82,10 @@ def _time_us(ctx: Context, tree: _Tree, idx: list[int]) -> float:
     return float(ctx.trace.duration_ns[tree.pos[idx]].sum()) / 1e3 if idx else 0.0
 
 
+#: the torch device type of each trace device label (ROCm runs under torch's "cuda")
+_TORCH_DEVICE = {"rocm": "cuda"}
+
+
 @rule("extra_copy")
 def extra_copy(ctx: Context) -> list:
     if ctx.device == "cpu" or not any(n in _COPY_TO for n in ctx.trace.names):
@@ -94,12 +98,19 @@ def extra_copy(ctx: Context) -> list:
                 hits.append(b)
     if not hits:
         return []
+    from .precision import _device_ns_by_op, _inclusive_total
+
+    # at stake: the copies' device time (a blocking copy's host time also holds the wait for
+    # everything queued before it, which creating the tensor on the device would not save)
+    positions = [int(tree.pos[h]) for h in hits]
+    stake_us = min(_inclusive_total(ctx, positions, _device_ns_by_op(ctx)) / 1e3, _time_us(ctx, tree, hits))
+    torch_device = _TORCH_DEVICE.get(ctx.device, ctx.device)
     return [
         ctx.finding(
             "extra_copy",
             f"{len(hits)} tensors filled on the CPU and then copied to the {ctx.device} device: "
-            f"create them there directly (torch.zeros(..., device='{ctx.device}'))",
-            _time_us(ctx, tree, hits),
+            f"create them there directly (torch.zeros(..., device='{torch_device}'))",
+            stake_us,
             {"copies": len(hits), "locations": source_of(ctx.trace, tree.pos[hits], limit=2)},
         )
     ]
@@ -152,7 +163,9 @@ def optimizer_single_tensor(ctx: Context) -> list:
             if not m:
                 continue
             inside = [tree.name[j] for j in tree.descendants(i)]
-            if any("_foreach_" in n for n in inside):
+            # already multi-tensor (foreach/fused kernels, FusedAdam), or a wrapper
+            # (torchrec's CombinedOptimizer) around optimizers judged on their own
+            if "fused" in m.group(1).lower() or any("_foreach_" in n or "_fused_" in n or _OPT_STEP.match(n) for n in inside):
                 continue
             if sum(n in _PER_PARAM for n in inside) >= 4:
                 found[m.group(1)].append(i)
