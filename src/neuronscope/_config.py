@@ -32,6 +32,8 @@ class Settings:
     #: retention of run directories in the output dir (oldest removed first; None = no limit)
     max_runs: int | None = None  # None: $NEURONSCOPE_MAX_RUNS or DEFAULT_MAX_RUNS
     max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
+    #: keep Kineto's "USDT: ... profiler_start/stop" stderr lines (None: $NEURONSCOPE_KEEP_USDT)
+    keep_usdt_lines: bool | None = None
 
     def resolved_output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         if override is not None:

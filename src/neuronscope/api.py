@@ -43,6 +43,7 @@ def configure(
     max_pending_bytes: int | None = _UNSET,
     prometheus_port: int | None = _UNSET,
     metrics_top_ops: int = _UNSET,
+    keep_usdt_lines: bool | None = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -74,6 +75,11 @@ def configure(
     profile without sampling options waits for earlier ones to be written instead
     (``ns.stats()["backpressure_waits"]``); a profile that started is always processed.
     0 means no limit.
+
+    Log noise: torch's profiler (Kineto) writes ``USDT: ... profiler_start`` / ``profiler_stop``
+    to stderr at every start and stop; neuronscope drops exactly those lines around its own
+    starts and stops. ``keep_usdt_lines=True`` (or ``$NEURONSCOPE_KEEP_USDT=1`` when None, the
+    default) keeps them (see docs/production.md).
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
@@ -89,6 +95,10 @@ def configure(
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigurationError(f"configure({key}={value!r}): use an int >= 0 (0 = no limit) or None")
             changes[key] = value
+    if keep_usdt_lines is not _UNSET:
+        if keep_usdt_lines is not None and not isinstance(keep_usdt_lines, bool):
+            raise ConfigurationError(f"configure(keep_usdt_lines={keep_usdt_lines!r}): use True, False or None")
+        changes["keep_usdt_lines"] = keep_usdt_lines
     otel_changes = {
         key: value
         for key, value in (

@@ -136,7 +136,9 @@ def test_artifacts_json_pairs_both_layouts_and_names_the_problems(tmp_path):
     _layouts(tmp_path)
     result = _runner().invoke(cli, ["artifacts", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
-    groups = {g["id"]: g for g in json.loads(result.stdout)}
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == 1 and data["directory"] == str(tmp_path)
+    groups = {g["id"]: g for g in data["groups"]}
     assert set(groups) == {"111", "222", "333", "444"}
     assert groups["111"]["layout"] == "session" and len(groups["111"]["ntff"]) == 2
     assert groups["111"]["problems"] == []  # one idle core of two: expected (troubleshooting.rst)
@@ -147,5 +149,40 @@ def test_artifacts_json_pairs_both_layouts_and_names_the_problems(tmp_path):
     text = _runner().invoke(cli, ["artifacts", str(tmp_path)])
     assert f"open in Neuron Explorer: neuron-explorer view -d {tmp_path}\n" in text.stdout
     assert "neuron-explorer view -n " in text.stdout and "--ingest-only --display-name" in text.stdout
+    # everything the text shows is in the JSON: problems (a group's prefixed with its NEFF), notes, commands
+    assert any(p.startswith("444") and "different compilation" in p for p in data["problems"])
+    note = next(n for n in data["notes"] if "empty NTFF" in n)
+    assert "NeuronCore 1 was initialised but never ran" in note and f"note: {note}\n" in text.stdout
+    assert any("no NTFF with id 333" in n for n in data["notes"]) and "note: no NTFF with id 333" in text.stdout
+    assert data["explorer_commands"] and all(f"open in Neuron Explorer: {c}\n" in text.stdout for c in data["explorer_commands"])
     missing = _runner().invoke(cli, ["artifacts", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "nope" in missing.stderr
+
+
+def test_artifacts_never_offers_a_pair_view_of_an_empty_ntff(tmp_path):
+    """`neuron-explorer view -n NEFF -s NTFF` fails on a 0-byte NTFF (an idle core's)."""
+    model = tmp_path / "i-0abc_pid_9"
+    model.mkdir()
+    (model / "neff_222.neff").write_bytes(b"neff")
+    (model / "222_instid_0_vnc_0.ntff").write_bytes(b"")  # core 0 idle for this NEFF
+    (model / "222_instid_0_vnc_1.ntff").write_bytes(b"ntff")
+    (model / "neff_333.neff").write_bytes(b"neff")
+    (model / "333_instid_0_vnc_0.ntff").write_bytes(b"")  # never ran on a captured core
+    data = json.loads(_runner().invoke(cli, ["artifacts", str(tmp_path), "--json"]).stdout)
+    pairs = [c for c in data["explorer_commands"] if " -n " in c]
+    assert pairs == [f"neuron-explorer view -n {model / 'neff_222.neff'} -s {model / '222_instid_0_vnc_1.ntff'}"]
+    text = _runner().invoke(cli, ["artifacts", str(tmp_path)]).stdout
+    assert "333_instid_0_vnc_0.ntff  (empty)" in text and "-s " + str(model / "333_instid_0_vnc_0.ntff") not in text
+    assert any("2 empty NTFFs" in n for n in data["notes"])
+
+
+def test_artifacts_of_a_run_directory_reports_its_dropped_events(tmp_path):
+    """What only the capture saw (the runtime's dropped-events message) comes from the manifest."""
+    _layouts(tmp_path / "neuron")
+    dropped = {"dropped": 18, "stored": 3, "total": 21, "line": "Warning: 18 trace events were dropped"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 1, "neuron": {"modes": ["device"], "dropped_events": dropped}}))
+    data = json.loads(_runner().invoke(cli, ["artifacts", str(tmp_path), "--json"]).stdout)
+    assert data["dropped_events"] == dropped
+    problem = next(p for p in data["problems"] if "dropped" in p)
+    assert "18 trace events were dropped during capture (stored 3 of 21)" in problem
+    assert f"! {problem}\n" in _runner().invoke(cli, ["artifacts", str(tmp_path / "neuron")]).stdout  # the raw dir too

@@ -27,6 +27,8 @@ OP_KEYS = {
     "cpu_time_us",
     "first_start_ns",
     "last_end_ns",
+    "compile",
+    "compile_time_us",
 }
 
 
@@ -71,7 +73,7 @@ def test_show_json_schema_matches_the_run(runner, profiles):
     assert data["schema_version"] == 1
     assert set(data) == {
         "schema_version", "source", "device", "total_device_time_us", "total_cpu_time_us",
-        "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis",
+        "compile_time_us", "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis",
     }  # fmt: skip
     assert data["source"] == {"label": "small", "kind": "run", "path": str(profiles.small), "device": "cpu"}
     assert data["device"] == "cpu" and data["sort"] == "self_device" and data["top"] == 3

@@ -63,6 +63,16 @@ def test_compiled_rmsnorm_shows_compilation_on_the_first_call_only(big):
     d = first.diagnosis
     assert d.bound_by == "compile", (d.bound_by, d.device_busy_pct, d.idle_us_by_class)
     assert d.idle_us_by_class["compile"] > 0.5 * d.window_us
+    # ... and the op table agrees: torch.compile's phases are rows marked compile, outside the
+    # device-time total (which is what the diagnosis calls busy, not the seconds of compiling)
+    s = first.summary
+    phases = [r for r in s.rows if r.compile and "(dynamo_timed)" in r.name]
+    assert phases and all(r.self_device_time_us == 0 and r.device_pct == 0 for r in phases)
+    assert s.compile_time_us > 0.5 * d.window_us > 10 * s.total_device_time_us
+    assert s.total_device_time_us + s.compile_time_us == pytest.approx(s.total_cpu_time_us)
+    assert s.total_device_time_us < 2 * d.device_busy_us + 1000
+    assert not any(r.compile for r in s.top(3)) and s.top(1)[0].device_pct > 10
+    assert second.summary.compile_time_us == 0
     assert "compile_in_window" not in _rules(second)
     assert "elementwise_chain" not in _rules(second)
 

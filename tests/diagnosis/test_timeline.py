@@ -103,6 +103,36 @@ def test_cpu_run_counts_the_ops_torch_compile_runs_while_tracing_as_compilation(
     assert d.bound_by == "compile"
 
 
+def test_cpu_summary_keeps_compilation_out_of_device_time_like_the_diagnosis():
+    from neuronscope.analysis.summary import summarize
+
+    b = TraceBuilder("cpu")
+    b.window(0, 1000)
+    b.op("aten::mul", 0, 100)                                        # the model: busy [0, 100)
+    b.op("compile_file (dynamo_timed)", 100, 700)                    # a compile phase (a cpu_op in torch)
+    for t in range(110, 790, 20):                                    # ops torch.compile runs while tracing
+        b.op("aten::mul", t, 15)
+    b.op("PythonDispatchMode", 790, 5)                               # only ever inside compilation
+    b.op("aten::mul", 800, 150)                                      # the compiled graph: busy [800, 950)
+    trace = b.build()
+    s, d = summarize(trace), diagnose_trace(trace, serial=1)
+    assert s.total_device_time_us == pytest.approx(250.0) == pytest.approx(d.device_busy_us)
+    assert s.compile_time_us == pytest.approx(700.0)
+    assert s.total_device_time_us + s.compile_time_us == pytest.approx(s.total_cpu_time_us)
+    mul, phase, mode = s["aten::mul"], s["compile_file (dynamo_timed)"], s["PythonDispatchMode"]
+    assert (mul.calls, mul.self_device_time_us, mul.self_cpu_time_us) == (36, pytest.approx(250.0), pytest.approx(760.0))
+    assert not mul.compile and mul.device_pct == pytest.approx(100.0)
+    assert phase.compile and phase.self_device_time_us == 0 and phase.device_time_us == 0
+    assert phase.compile_time_us == pytest.approx(700 - 34 * 15 - 5)
+    assert mode.compile and mode.device_pct == 0
+    table = s.table().splitlines()
+    row = next(line for line in table if line.startswith("compile_file"))
+    assert "compile" in row.split()[3:] and "%" not in row  # marked compile, no device share
+    assert table.index(row) > next(i for i, line in enumerate(table) if line.startswith("aten::mul"))
+    assert any(line.startswith("Compilation: 700.000us") and "not in the device time" in line for line in table)
+    assert type(s).from_dict(s.to_dict()) == s  # the marks survive summary.json
+
+
 def test_subtract_matches_a_brute_force_count():
     import numpy as np
 

@@ -62,14 +62,16 @@ def test_names_units_and_attributes(reader, xw):
     got = reader.metrics()
     assert {m.OP_DEVICE_TIME, m.PROFILE_DURATION, m.PROFILE_CALLS} <= set(got)
     assert got[m.OP_DEVICE_TIME].unit == "s" and got[m.PROFILE_DURATION].unit == "s" and got[m.PROFILE_CALLS].unit == "{call}"
-    # Every run is diagnosed: its device utilization and verdict are recorded (no steps here, so no step times).
+    # Every run is diagnosed: its device utilization and verdict are recorded.
     d = run.diagnosis
     assert d is not None and d.steps is None
     (util,) = _points(got[m.DEVICE_BUSY], "m")
     assert util.sum == pytest.approx(d.device_busy_pct / 100) and util.count == 1
     (verdict,) = _points(got[m.DIAGNOSIS_RUNS], "m")
     assert verdict.attributes["neuronscope.bound_by"] == d.bound_by and verdict.value == 1
-    assert m.STEP_DURATION not in got
+    # No step markers: the profile is one step (the call), so step-time dashboards have data.
+    (step,) = _points(got[m.STEP_DURATION], "m")
+    assert step.count == 1 and step.sum == pytest.approx((run.end_ns - run.start_ns) / 1e9)
     mul = next(p for p in got[m.OP_DEVICE_TIME].data.data_points if p.attributes["neuronscope.op.name"] == "aten::mul")
     assert dict(mul.attributes) == {"neuronscope.device": "cpu", "neuronscope.profile.name": "m", "neuronscope.op.name": "aten::mul"}
     assert mul.sum == pytest.approx(run.summary["aten::mul"].self_device_time_us / 1e6)
@@ -97,10 +99,12 @@ def test_diagnosis_metrics_read_run_diagnosis(reader, xw):
         run._diagnosis = _diagnosis(run, busy, bound, steps)
 
     processing._sinks.insert(0, attach)
+    profiled = []
     try:
         for _ in range(3):
-            with ns.profile_neuron(name="d"):
+            with ns.profile_neuron(name="d") as run:
                 rmsnorm_naive(*xw)
+            profiled.append(run)
         ns.flush(30)
     finally:
         processing.remove_sink(attach)
@@ -112,7 +116,9 @@ def test_diagnosis_metrics_read_run_diagnosis(reader, xw):
     runs = {q.attributes["neuronscope.bound_by"]: q.value for q in got[m.DIAGNOSIS_RUNS].data.data_points}
     assert runs == {"host": 2, "device": 1} and got[m.DIAGNOSIS_RUNS].unit == "{run}"
     (s,) = got[m.STEP_DURATION].data.data_points
-    assert s.count == 3 and s.sum == pytest.approx(0.007) and got[m.STEP_DURATION].unit == "s"
+    # 3 steps of the first two runs, and the third (no steps) counted as one step: its call
+    call_s = (profiled[2].end_ns - profiled[2].start_ns) / 1e9
+    assert s.count == 4 and s.sum == pytest.approx(0.007 + call_s) and got[m.STEP_DURATION].unit == "s"
 
 
 def test_hundreds_of_op_names_are_bounded_to_top_n_plus_other(reader):

@@ -8,7 +8,8 @@ workload ended (``T_END``), which later tests' counter resets cannot change.
 
 The per-run diagnosis metrics (device utilization, bound-by, step time) come from each run's
 real diagnosis (``run.diagnosis``, computed before the sinks run); the ``diagnosed`` runs have
-three steps each (a repeated top-level region).
+three steps each (a repeated top-level region), every other run (``serve``, a decorated call)
+is one step.
 """
 
 from __future__ import annotations
@@ -234,16 +235,38 @@ def test_diagnosis_metrics(live):
         assert lower <= got <= upper, (q, got, true, lower, upper)
 
 
-def test_every_profiled_run_records_its_diagnosis_and_runs_with_steps_their_step_times(live):
+def test_every_profiled_run_records_its_diagnosis_and_its_step_times(live):
     prom, work = live
     profiled = set(work.runs)
-    for metric in ("neuronscope_device_busy_count", "neuronscope_diagnosis_runs_total"):
+    for metric in ("neuronscope_device_busy_count", "neuronscope_diagnosis_runs_total", "neuronscope_step_duration_seconds_count"):
         names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, metric)}
         assert names == profiled, metric
     with_steps = {name for name, runs in work.runs.items() if any(r.diagnosis.steps for r in runs)}
     assert with_steps == {"diagnosed"}
-    names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, "neuronscope_step_duration_seconds_count")}
-    assert names == with_steps
+
+
+def test_a_decorated_call_without_steps_is_one_step_on_the_dashboard(live):
+    """A service's profile is one decorated call (no ns.step()): each call is one step, so the
+    step-time panels show the calls' durations, not "No data"."""
+    prom, work = live
+    runs = work.runs["serve"]
+    assert runs and all(r.diagnosis.steps is None for r in runs)
+    sel = '{neuronscope_profile_name="serve"}'
+    count = _value(_at_end(prom, work, f"neuronscope_step_duration_seconds_count{sel}")[0])
+    total = _value(_at_end(prom, work, f"neuronscope_step_duration_seconds_sum{sel}")[0])
+    assert count == len(runs)
+    assert total == pytest.approx(sum(r.end_ns - r.start_ns for r in runs) / 1e9, rel=1e-9)
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    range_s = int(work.t_end - work.t0) + 1
+    step_targets = [(p["title"], t) for p in _panels(dashboard) for t in p["targets"] if "neuronscope_step_duration_seconds" in t["expr"]]
+    assert len(step_targets) == 3  # Step time p99 (overview), Step time p50 / p99
+    for title, target in step_targets:
+        expr = _substitute(target["expr"], range_s, profile="serve")
+        if target.get("instant"):
+            values = [float(s["value"][1]) for s in prom.query(expr, at=work.t_end)]
+        else:
+            values = [float(v) for s in prom.query_range(expr, work.t0, work.t_end, 1.0) for _, v in s["values"]]
+        assert any(math.isfinite(v) and v > 0 for v in values), (title, expr)
 
 
 def test_exemplars_carry_the_trace_ids_of_the_runs(live):
@@ -271,10 +294,10 @@ def test_exemplars_carry_the_trace_ids_of_the_runs(live):
 
 # -- the Grafana dashboard, against the same Prometheus ---------------------------------------
 
-def _substitute(expr: str, range_s: int) -> str:
-    """Grafana's variable interpolation, for the values a user picking "All" would get."""
+def _substitute(expr: str, range_s: int, profile: str = ".*") -> str:
+    """Grafana's variable interpolation, for the values a user picking "All" (or one profile) would get."""
     rate_interval = f"{int(max(4 * SCRAPE_INTERVAL_S, 1 + SCRAPE_INTERVAL_S))}s"
-    values = {"job": JOB, "device": ".*", "profile": ".*", "__range": f"{range_s}s", "__rate_interval": rate_interval, "__interval": "1s"}
+    values = {"job": JOB, "device": ".*", "profile": profile, "__range": f"{range_s}s", "__rate_interval": rate_interval, "__interval": "1s"}
     out = re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", lambda m: values[m.group(1) or m.group(2)], expr)
     assert "$" not in out, out
     return out

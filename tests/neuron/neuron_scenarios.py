@@ -193,6 +193,34 @@ def scenario_all_ntffs_empty(work: Path) -> dict:
     return {"warnings": run.warnings, "notes": list(run.summary.notes), "ntff": run.manifest["neuron"]["ntff_files"]}
 
 
+def scenario_artifacts_cli(work: Path) -> dict:
+    """``neuronscope artifacts`` (text and --json) on runs with an idle core, the model layout,
+    and dropped events."""
+    from click.testing import CliRunner
+
+    from neuronscope.cli import cli
+
+    x, w = inputs()
+    runs = {}
+    for name, layout, opts in (
+        ("idle", "session", ns.NeuronOptions(capture_enabled_for_nc="0,1")),
+        ("model", "model", ns.NeuronOptions(capture_enabled_for_nc="0,1")),
+        ("dropped", "session", ns.NeuronOptions(max_events_per_nc=3)),
+    ):
+        emu.layout = layout
+        with ns.profile_neuron(name=name, output_dir=work / "runs", neuron=opts) as run:
+            for _ in range(3):
+                rmsnorm_naive(x, w)
+        assert run.wait(60)
+        runner = CliRunner()
+        as_json = runner.invoke(cli, ["artifacts", str(run.path), "--json"])
+        text = runner.invoke(cli, ["artifacts", str(run.path)])
+        assert as_json.exit_code == 0 and text.exit_code == 0, (as_json.output, text.output)
+        runs[name] = {"json": json.loads(as_json.stdout), "text": text.stdout, "warnings": run.warnings,
+                      "notes": list(run.summary.notes), "path": str(run.path)}
+    return runs
+
+
 def scenario_options_reach_neuronconfig(work: Path) -> dict:
     """NeuronOptions -> NeuronConfig kwargs and the runtime's environment, then restored."""
     import os

@@ -146,6 +146,37 @@ def test_model_layout_pairs_by_id(tmp_path):
     assert len(pairs) == len(groups) and all(" -s " in c for c in pairs)
 
 
+def test_artifacts_command_shows_and_emits_every_problem_note_and_command(tmp_path):
+    out = run_scenario("artifacts_cli", tmp_path)
+    for name, r in out.items():
+        data = r["json"]
+        assert data["schema_version"] == 1 and data["directory"] == r["path"], name
+        assert set(data) >= {"groups", "problems", "notes", "explorer_commands", "dropped_events", "profile_root"}
+        # the JSON carries every line the text prints, and the capture's own warnings
+        for line in data["problems"]:
+            assert line in r["text"] or line.split(": ", 1)[1] in r["text"], (name, line)
+        for line in data["notes"]:
+            assert line in r["text"] or line.split(": ", 1)[1] in r["text"], (name, line)
+        for cmd in data["explorer_commands"]:
+            assert f"open in Neuron Explorer: {cmd}\n" in r["text"]
+        assert [w for w in r["warnings"] if "NTFF" in w or "dropped" in w] == [
+            p for p in data["problems"] if "NTFF" in p or "dropped" in p
+        ], name
+        # never a pair view of an empty NTFF: neuron-explorer fails on it
+        sizes = {n: b for g in data["groups"] for n, b in zip(g["ntff"], g["ntff_bytes"])}
+        for cmd in data["explorer_commands"]:
+            if " -s " in cmd:
+                assert sizes[cmd.rsplit(" -s ", 1)[1]] > 0, (name, cmd)
+    idle = out["idle"]
+    note = next(n for n in idle["json"]["notes"] if "empty NTFF" in n)
+    assert "NeuronCore 1 was initialised but never ran" in note and f"note: {note}\n" in idle["text"]
+    assert idle["json"]["problems"] == [] and "profile_nc_1_session_0.ntff  (empty)" in idle["text"]
+    assert any(" -n " in c for c in out["model"]["json"]["explorer_commands"])  # the pair views
+    dropped = out["dropped"]["json"]
+    assert dropped["dropped_events"]["dropped"] > 0
+    assert any("trace events were dropped during capture" in p for p in dropped["problems"])
+
+
 def test_dropped_events_come_from_the_runtime_message_on_stderr(tmp_path):
     proc_stderr: list[str] = []
     out = run_scenario("dropped_events", tmp_path, stderr=proc_stderr)

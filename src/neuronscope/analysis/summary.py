@@ -9,7 +9,13 @@ users already know (a test pins this on real profiles):
 * ``self_device_time_us``: device work linked (correlation id) to this op;
   ``device_time_us``: that plus the device time of every op nested inside it.
 * On a CPU-only profile the CPU op time *is* the device time; ``Summary.device == "cpu"``
-  and the table says so.
+  and the table says so — except compilation: torch.compile's phases (``compile_file
+  (dynamo_timed)``, ``async_compile.wait``...) and the ops torch.compile runs while it traces
+  are not the model's work, so their time is ``compile_time_us``, not device time (the
+  diagnosis counts it as ``compile`` idle time the same way; one classification,
+  :func:`.diagnosis.categories.is_compile`).
+* ``compile``: every call of the op was compilation or ran inside it; tables list these rows
+  apart, marked compile.
 * ``device_pct``: the op's share of the summary's total self device time (shares sum to 100).
 
 ``summary.regions`` maps each region path (``forward/attn``) to a Summary of the ops inside
@@ -48,6 +54,9 @@ class OpStats:
     self_cpu_time_us: float
     first_start_ns: int = 0  #: first device execution (CPU start on a CPU profile), Unix ns
     last_end_ns: int = 0
+    #: self CPU time spent compiling: the calls that are a compilation phase or ran inside one
+    compile_time_us: float = 0.0
+    compile: bool = False  #: every call was compilation (a phase, or an op torch.compile ran while tracing)
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,11 @@ class Summary:
     def total_cpu_time_us(self) -> float:
         return sum(r.self_cpu_time_us for r in self.rows)
 
+    @property
+    def compile_time_us(self) -> float:
+        """Self CPU time spent compiling (on a CPU profile: not in :attr:`total_device_time_us`)."""
+        return sum(r.compile_time_us for r in self.rows)
+
     def top(self, n: int = 10) -> list[OpStats]:
         """The ``n`` ops with the most self device time."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -120,6 +134,7 @@ class Summary:
             "schema_version": SUMMARY_SCHEMA_VERSION,
             "device": self.device,
             "total_device_time_us": self.total_device_time_us,
+            "compile_time_us": self.compile_time_us,
             "rows": [asdict(r) for r in self.rows],
             "region_stats": asdict(self.region_stats) if self.region_stats else None,
             "regions": {path: s.to_dict() for path, s in self.regions.items()},
@@ -167,6 +182,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     """
     import numpy as np
 
+    from .diagnosis.categories import is_compile
     from .names import compiled_graph_labels
     from .nesting import nest
 
@@ -244,6 +260,18 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     child_dur = np.zeros(m, dtype=np.int64)
     np.add.at(child_dur, pp, dur[has_parent])
     self_cpu = dur - child_dur
+    # Compilation: a compile phase (by name, as the diagnosis classifies it) and everything
+    # nested inside one (torch.compile runs real aten ops while it traces).
+    compile_name = np.fromiter((is_compile(n) for n in trace.names), dtype=bool, count=len(trace.names))
+    in_compile = compile_name[name] if compile_name.size else np.zeros(m, dtype=bool)
+    if m:
+        for d in range(1, int(depth.max()) + 1):  # a (surviving) parent is always shallower
+            level = np.flatnonzero((depth == d) & has_parent)
+            in_compile[level] |= in_compile[parent[level]]
+    compile_self = np.where(in_compile, self_cpu, 0)
+    cpu_only = trace.device == "cpu"
+    if cpu_only:  # the CPU op time is the device time, compilation excepted
+        self_dev = self_cpu - compile_self
     total_dev = self_dev.copy()
     if m:
         # Bottom-up: add each node's inclusive device time to its (surviving) parent.
@@ -276,9 +304,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
                     ids.append(region_paths[(parent_path, name_id)])
                 path_of[reg] = np.array(ids, dtype=np.int64)[inv.reshape(-1)]
 
-    cpu_only = trace.device == "cpu"
     if cpu_only:
-        self_dev, total_dev = self_cpu, dur
         first_dev, last_dev = start, start + dur
     else:
         no_dev = first_dev == i64max
@@ -297,6 +323,8 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
         self_cpu=self_cpu[row_mask],
         first=first_dev[row_mask],
         last=last_dev[row_mask],
+        comp=compile_self[row_mask],
+        comp_calls=in_compile[row_mask].astype(np.int64),
     )
     # Device work whose launching op is not in the trace gets its own row, named after it.
     if unlinked_dev.size:
@@ -312,6 +340,8 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
             self_cpu=zeros,
             first=us,
             last=us + ud,
+            comp=zeros,
+            comp_calls=zeros,
         )
         groups.extend(extra)
 
@@ -333,6 +363,8 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
             self_cpu=dur[live_regions],
             first=start[live_regions],
             last=start[live_regions] + dur[live_regions],
+            comp=np.zeros_like(live_regions),
+            comp_calls=np.zeros_like(live_regions),
         ):
             region_stats[g[0]] = RegionStats(path_names[g[0]], g[1], g[2] / _NS_PER_US, g[6], g[7])
 
@@ -361,8 +393,11 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     )
 
 
-def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last) -> list[tuple]:
-    """Group by ``key``: sums of the measures, min of ``first``, max of ``last``."""
+def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) -> list[tuple]:
+    """Group by ``key``: sums of the measures, min of ``first``, max of ``last``.
+
+    Tuples: (key, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls).
+    """
     import numpy as np
 
     if key.size == 0:
@@ -370,29 +405,29 @@ def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last) -> list
     uniq, inv = np.unique(key, return_inverse=True)
     inv = inv.reshape(-1)
     k = int(uniq.size)
-    sums = np.zeros((5, k), dtype=np.int64)
-    for row, values in enumerate((calls, dev, self_dev, cpu, self_cpu)):
+    sums = np.zeros((7, k), dtype=np.int64)
+    for row, values in enumerate((calls, dev, self_dev, cpu, self_cpu, comp, comp_calls)):
         np.add.at(sums[row], inv, values)
     lo = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(lo, inv, first)
     hi = np.zeros(k, dtype=np.int64)
     np.maximum.at(hi, inv, last)
     return [
-        (key_, c, d, sd, cp, scp, f, l_)
-        for key_, (c, d, sd, cp, scp), f, l_ in zip(uniq.tolist(), sums.T.tolist(), lo.tolist(), hi.tolist())
+        (key_, c, d, sd, cp, scp, f, l_, cm, cc)
+        for key_, (c, d, sd, cp, scp, cm, cc), f, l_ in zip(uniq.tolist(), sums.T.tolist(), lo.tolist(), hi.tolist())
     ]
 
 
 def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> Summary:
-    """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last) tuples by name.
+    """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) tuples by name.
 
     ``device_pct`` is relative to ``pct_base_ns`` (default: these rows' own total).
     """
     merged: dict[str, list] = {}
-    for name, c, d, sd, cp, scp, f, l_ in rows:
+    for name, c, d, sd, cp, scp, f, l_, cm, cc in rows:
         acc = merged.get(name)
         if acc is None:
-            merged[name] = [c, d, sd, cp, scp, f, l_]
+            merged[name] = [c, d, sd, cp, scp, f, l_, cm, cc]
         else:
             acc[0] += c
             acc[1] += d
@@ -401,6 +436,8 @@ def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> 
             acc[4] += scp
             acc[5] = min(acc[5], f)
             acc[6] = max(acc[6], l_)
+            acc[7] += cm
+            acc[8] += cc
     total_self_dev = pct_base_ns if pct_base_ns is not None else sum(v[2] for v in merged.values())
     out = [
         OpStats(
@@ -413,8 +450,10 @@ def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> 
             self_cpu_time_us=scp / _NS_PER_US,
             first_start_ns=f,
             last_end_ns=l_,
+            compile_time_us=cm / _NS_PER_US,
+            compile=c > 0 and cc == c,
         )
-        for name, (c, d, sd, cp, scp, f, l_) in merged.items()
+        for name, (c, d, sd, cp, scp, f, l_, cm, cc) in merged.items()
     ]
     out.sort(key=lambda r: (-r.self_device_time_us, -r.device_time_us, r.name))
     return Summary(rows=tuple(out), device=device)

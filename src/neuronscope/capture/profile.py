@@ -33,7 +33,7 @@ from .._run import Run, RunStatus
 from ..errors import ConfigurationError
 from ..sinks.otel import capture_parent_context
 from . import ranks as _ranks
-from . import session
+from . import session, usdt
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
 from .processing import ProcessOptions, release_segments, set_last_run, submit
@@ -354,6 +354,7 @@ class _Capture:
             on_trace_ready=self._on_trace_ready if scheduled else None,
             **kwargs,
         )
+        usdt.install()  # drops Kineto's USDT start/stop lines from stderr (capture/usdt.py)
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         prof.start()
         self._torch_ns += time.perf_counter_ns() - t0

@@ -31,6 +31,7 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
         "device": str,
         "total_device_time_us": float,   # sum of self device time of all ops
         "total_cpu_time_us": float,
+        "compile_time_us": float,        # self CPU time compiling (CPU profile: not device time)
         "op_count": int,                 # ops in the profile (before --top)
         "sort": str, "top": int,         # as given; top 0 = all
         "ops": [Op, ...],                # sorted by --sort, first --top
@@ -44,7 +45,8 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
             "self_cpu_time_us": float, "cpu_time_us": float,
-            "first_start_ns": int, "last_end_ns": int}      # Unix-epoch ns
+            "first_start_ns": int, "last_end_ns": int,      # Unix-epoch ns
+            "compile": bool, "compile_time_us": float}      # compilation (docs/concepts.md)
     New keys may be added within a schema_version; existing ones keep their meaning.
     """
     src = load_source(path)
@@ -87,6 +89,7 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "device": s.device,
         "total_device_time_us": s.total_device_time_us,
         "total_cpu_time_us": s.total_cpu_time_us,
+        "compile_time_us": s.compile_time_us,
         "op_count": len(s),
         "sort": sort,
         "top": top,

@@ -21,7 +21,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .text import format_us
+from .text import compile_footer, device_cells, format_us, split_compile_rows
 
 if TYPE_CHECKING:
     from ..analysis.diff import Delta, SummaryDiff
@@ -171,6 +171,8 @@ def header_renderable(source: Source) -> Text:
     text.append(f"  {DEVICE_LABEL.get(s.device, s.device)}\n", style="dim")
     text.append(f"self device time {format_us(s.total_device_time_us)}", style="bold")
     text.append(f" in {len(s)} ops")
+    if s.compile_time_us > 0:
+        text.append(f", compiling {format_us(s.compile_time_us)}", style="magenta")
     m = source.manifest
     if m.get("start_ns") and m.get("end_ns"):
         text.append(f", wall {format_us((int(m['end_ns']) - int(m['start_ns'])) / 1e3)}")
@@ -211,23 +213,27 @@ def summary_renderable(
 ) -> RenderableType:
     """The per-op table, best columns for the console width, plus a footer line."""
     rows = sort_rows(summary.rows, sort)
-    shown = rows if top is None else rows[:top]
+    ops, comp = split_compile_rows(rows, top)  # compilation apart, marked compile
+    shown = ops + comp
+    dev = [device_cells(r) for r in shown]
     cols = [
         _Col("Calls", 3, [str(r.calls) for r in shown]),
-        _Col("Self device", 1, [format_us(r.self_device_time_us) for r in shown]),
-        _Col("%", 2, [f"{r.device_pct:.1f}%" for r in shown]),
-        _Col("Device total", 4, [format_us(r.device_time_us) for r in shown]),
+        _Col("Self device", 1, [d[0] for d in dev]),
+        _Col("%", 2, [Text("compile", style="magenta") if r.compile else f"{r.device_pct:.1f}%" for r in shown]),
+        _Col("Device total", 4, [d[2] for d in dev]),
         _Col("Self CPU", 6, [format_us(r.self_cpu_time_us) for r in shown]),
         _Col("CPU total", 5, [format_us(r.cpu_time_us) for r in shown]),
     ]
     if _unicode_ok(console):  # a share bar, the first thing to go on a narrow console
-        cols.insert(3, _Col("", 7, [Text(_bar(r.device_pct), style="cyan") for r in shown], justify="left"))
+        cols.insert(3, _Col("", 7, [Text(_bar(0.0 if r.compile else r.device_pct), style="cyan") for r in shown], justify="left"))
     table = _build_table(console, "Name", [summary.label(r.name) for r in shown], cols)
     footer = Text()
     hidden = len(rows) - len(shown)
     if hidden > 0:
         footer.append(f"{hidden} more ops not shown (--top 0 shows all)\n", style="dim")
     footer.append(f"Self device time total: {format_us(summary.total_device_time_us)}")
+    if compile_footer(summary):
+        footer.append("\n" + compile_footer(summary))
     for w in summary.warnings:
         footer.append(f"\nwarning: {w}", style="yellow")
     for note in summary.notes:  # e.g. how to open the raw Neuron files

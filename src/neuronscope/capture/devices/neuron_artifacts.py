@@ -101,6 +101,12 @@ class ArtifactGroup:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  #: expected, but worth knowing
 
+    @property
+    def viewable_ntff(self) -> str | None:
+        """The first non-empty NTFF: what ``neuron-explorer view -n NEFF -s NTFF`` can open (an
+        idle core's empty NTFF makes it fail), or None."""
+        return next((n for n in self.ntff if (_size(n) or 0) > 0), None)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["neff_bytes"] = _size(self.neff)
@@ -183,8 +189,8 @@ class NeuronArtifacts:
         cmds.append(f"neuron-explorer view -d {root} --output-format summary-json --output-file {_q(out / 'summary.json')}")
         cmds.append(f"neuron-explorer view -d {root} --output-format json --output-file {_q(out / 'system_profile.json')}")
         cmds.append(f"neuron-explorer view -d {root} --output-format perfetto --output-file {_q(out / 'system_profile.pftrace')}")
-        pairs = [f"neuron-explorer view -n {_q(g.neff)} -s {_q(g.ntff[0])}" for g in self.groups
-                 if g.layout == "model" and g.neff and g.ntff]
+        pairs = [f"neuron-explorer view -n {_q(g.neff)} -s {_q(ntff)}" for g in self.groups
+                 if g.layout == "model" and g.neff and (ntff := g.viewable_ntff)]
         if not self.has_system_profile and pairs:
             # device-only capture: a directory upload fails ("No metadata found for system
             # profile" without trace_info.pb / ntrace.pb); the NEFF/NTFF pair view works

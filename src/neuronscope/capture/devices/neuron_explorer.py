@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ...analysis.diagnosis.model import Finding
-from .neuron_artifacts import DroppedEvents, NeuronArtifacts, _size, parse_dropped_events
+from .neuron_artifacts import DroppedEvents, NeuronArtifacts, parse_dropped_events
 
 __all__ = [
     "ENGINES",
@@ -581,7 +581,7 @@ def _summaries(
         return _view(result, cmd, out_dir, timeout_s, target, outputs)
     # Device-only capture (no ntrace.pb/trace_info.pb): Explorer reads NEFF/NTFF pairs (-n/-s).
     found: list[Path] = []
-    pairs = [(g.neff, g.ntff[0]) for g in artifacts.groups if g.neff and g.ntff and (_size(g.ntff[0]) or 0) > 0]
+    pairs = [(g.neff, ntff) for g in artifacts.groups if g.neff and (ntff := g.viewable_ntff)]
     for i, (neff, ntff) in enumerate(pairs[:8]):
         target = out_dir / f"summary_{i}.json"
         cmd = [exe, "view", "-n", neff, "-s", ntff, "--output-format", "summary-json", "--output-file", str(target)]

@@ -230,7 +230,8 @@ def record_run_metrics(run: "Run", meter_provider: Any, top_ops: int = DEFAULT_T
     kw = {"context": ctx} if ctx is not None else {}
     profile = _cardinality.profile(run.name)
     base = {"neuronscope.device": run.device, "neuronscope.profile.name": profile}
-    inst.duration.record(max(run.end_ns - run.start_ns, 0) / 1e9, base, **kw)
+    duration_s = max(run.end_ns - run.start_ns, 0) / 1e9
+    inst.duration.record(duration_s, base, **kw)
     summary = run._summary  # not .summary: that waits for processing, which is us
     if summary is not None:
         for name, seconds in _cardinality.ops(run.device, profile, summary.rows, top_ops):
@@ -244,6 +245,10 @@ def record_run_metrics(run: "Run", meter_provider: Any, top_ops: int = DEFAULT_T
     if steps is not None:
         for step in steps.per_step:
             inst.step_time.record(step.duration_us / 1e6, base, **kw)
+    else:
+        # No step markers (a decorated call in a service, a block without ns.step()): the
+        # profile is one step, so the step-time panels show the calls instead of "No data".
+        inst.step_time.record(duration_s, base, **kw)
 
 
 def bucket_index(bounds: tuple[float, ...] | list[float], value: float) -> int:
