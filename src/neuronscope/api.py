@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 from . import _config
 from .errors import ConfigurationError, TraceLoadError
 from ._run import Run
-from ._worker import flush_all
-from .capture.processing import add_sink
+from .capture import wiring as _wiring  # the OpenTelemetry sink, Prometheus from the env, the exit flush
 from .capture.processing import last_run as _last_run
 from .sinks import otel as _otel
 from .sinks.rundir import load_run as _load_run
@@ -125,10 +122,7 @@ def flush(timeout: float | None = 30.0) -> bool:
 
     Returns False if ``timeout`` seconds passed first (never raises).
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    done = flush_all(timeout)
-    remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    return _otel.flush_providers(remaining) and done
+    return _wiring.flush(timeout)
 
 
 def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> str | None:
@@ -226,17 +220,3 @@ def compare_ranks(paths: Any, *, name: str | None = None) -> Any:
     from .analysis.ranks import compare_ranks as _compare
 
     return _compare(paths, name=name)
-
-
-def _flush_at_exit() -> None:
-    timeout = float(os.environ.get("NEURONSCOPE_EXIT_FLUSH_TIMEOUT", "10"))
-    if not flush(timeout):
-        log.warning("neuronscope: pending profiles/telemetry not finished within %.0f s at exit", timeout)
-    _otel.shutdown_providers()
-
-
-add_sink(_otel.export_to_otel)
-_otel.start_prometheus_from_environment()  # NEURONSCOPE_PROMETHEUS_PORT; problems are only logged
-
-
-atexit.register(_flush_at_exit)

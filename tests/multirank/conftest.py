@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neuronscope.capture import ranks as _ranks
+from neuronscope import _ranks
 
 
 @pytest.fixture

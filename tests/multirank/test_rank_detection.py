@@ -1,4 +1,4 @@
-"""Rank detection from torchrun's environment and torch.distributed (capture/ranks.py)."""
+"""Rank detection from torchrun's environment and torch.distributed (_ranks.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from neuronscope import ConfigurationError
-from neuronscope.capture.ranks import detect, job_dir_name, parse_ranks
+from neuronscope._ranks import detect, job_dir_name, parse_ranks
 
 TORCHRUN = {
     "RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",

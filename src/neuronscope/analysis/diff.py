@@ -124,7 +124,7 @@ class Regression:
     pct: float | None
 
     def describe(self) -> str:
-        from ..report.text import format_us
+        from .text import format_us
 
         growth = "new in B" if self.pct is None else f"{self.pct:+.1f}%"
         return f"{self.name}: {format_us(self.a_us)} -> {format_us(self.b_us)} ({growth})"
@@ -289,7 +289,7 @@ class Explanation:
         return self.b_us - self.a_us
 
     def lines(self, top: int = 8, labels: dict[str, str] | None = None) -> list[str]:
-        from ..report.text import format_us
+        from .text import format_us
         from .names import display_name
 
         sign = "slower" if self.delta_us > 0 else "faster"

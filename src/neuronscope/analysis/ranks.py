@@ -330,7 +330,7 @@ class RankComparison:
         }
 
     def headline(self) -> list[str]:
-        from ..report.text import format_us
+        from .text import format_us
 
         n = len(self.ranks)
         lines = [f"{self.name}: {n} ranks, {len(self.steps)} steps compared, {self.collectives} collectives matched per rank"]
@@ -356,7 +356,7 @@ class RankComparison:
         return lines
 
     def __str__(self) -> str:
-        from ..report.text import format_us
+        from .text import format_us
 
         head = ("rank", "host", "step p50", "busy %", "collective", "wait", "compute", "host", "data", "late", "clock")
         body = []
@@ -373,7 +373,7 @@ class RankComparison:
 
 
 def _signed(us: float) -> str:
-    from ..report.text import format_us
+    from .text import format_us
 
     return ("+" if us > 0 else "-" if us < 0 else "") + format_us(abs(us))
 
@@ -864,7 +864,7 @@ def _straggler(
     ranks: list[int], i: int, med_late: np.ndarray, last_share: np.ndarray, parts: dict[str, np.ndarray],
     wait: np.ndarray, median_step: float, threshold: float,
 ) -> Straggler:
-    from ..report.text import format_us
+    from .text import format_us
 
     others = [j for j in range(len(ranks)) if j != i]
     series = {"compute": parts["compute"], "host": parts["host"], "data": parts["data"], "compile": parts["compile"], "collective_wait": wait}

@@ -167,7 +167,7 @@ class Summary:
 
     # -- display -------------------------------------------------------------------------
     def table(self, limit: int | None = 20) -> str:
-        from ..report.text import summary_table
+        from .text import summary_table
 
         return summary_table(self, limit=limit)
 
@@ -179,205 +179,30 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     """Compute the per-op and per-region summary of a trace (vectorised; see module doc).
 
     ``compiled_functions`` (compile id -> function) names the functions behind compiled graphs.
+    The steps, each a function below: nest the CPU events into a tree; put the device work on
+    the ops that launched it; fold duplicates as torch does; self CPU, compile and inclusive
+    device times; the region path of every node; aggregate per (region path, op name).
     """
-    import numpy as np
-
-    from .diagnosis.categories import is_compile
     from .names import compiled_graph_labels
-    from .nesting import nest
 
-    kind = trace.kind
-    n_names = max(len(trace.names), 1)
-    i64max = np.iinfo(np.int64).max
-    cpu_kinds = (kind == EventKind.OP) | (kind == EventKind.REGION) | (kind == EventKind.RUNTIME)
-    tree_idx = np.flatnonzero(cpu_kinds)
-    start = trace.start_ns[tree_idx]
-    dur = trace.duration_ns[tree_idx]
-    nesting = nest(trace.thread[tree_idx], start, start + dur)
-    # From here on everything is indexed by position in the nesting order.
-    idx = tree_idx[nesting.order]
-    parent, depth = nesting.parent.copy(), nesting.depth
-    name = trace.name_id[idx]
-    start, dur = trace.start_ns[idx], trace.duration_ns[idx]
-    is_region = trace.kind[idx] == EventKind.REGION
-    m = int(idx.size)
-
-    # Device work linked to the op that launched it (self device time before folding).
-    dev_idx = np.flatnonzero(kind == EventKind.DEVICE)
-    self_dev = np.zeros(m, dtype=np.int64)
-    first_dev = np.full(m, i64max, dtype=np.int64)
-    last_dev = np.zeros(m, dtype=np.int64)
-    unlinked_dev = dev_idx
-    if dev_idx.size and m:
-        corr = trace.correlation_id[idx]
-        launchers = np.flatnonzero((corr > 0) & (trace.linked_correlation_id[idx] == 0))
-        corr_order = np.argsort(corr[launchers], kind="stable")
-        corr_sorted = corr[launchers][corr_order]
-        linked = trace.linked_correlation_id[dev_idx]
-        if corr_sorted.size:
-            hit = np.minimum(np.searchsorted(corr_sorted, linked), corr_sorted.size - 1)
-            found = (linked > 0) & (corr_sorted[hit] == linked)
-        else:
-            hit = np.zeros(linked.size, dtype=np.int64)
-            found = np.zeros(linked.size, dtype=bool)
-        op_pos = launchers[corr_order[hit[found]]]
-        d_start = trace.start_ns[dev_idx[found]]
-        d_dur = trace.duration_ns[dev_idx[found]]
-        np.add.at(self_dev, op_pos, d_dur)
-        np.minimum.at(first_dev, op_pos, d_start)
-        np.maximum.at(last_dev, op_pos, d_start + d_dur)
-        unlinked_dev = dev_idx[~found]
-
-    # torch folds a node into a same-named parent whose only child it is (_remove_dup_nodes).
-    alive = np.ones(m, dtype=bool)
-    if m:
-        has_parent = parent >= 0
-        pp = np.maximum(parent, 0)
-        n_children = np.bincount(parent[has_parent], minlength=m)
-        folded = has_parent & (name[pp] == name) & (n_children[pp] == 1)
-        if bool(folded.any()):
-            alive = ~folded
-            survivor = parent.copy()
-            while True:  # pointer-jump each node's parent past folded nodes to the survivor
-                jump = (survivor >= 0) & folded[np.maximum(survivor, 0)]
-                if not bool(jump.any()):
-                    break
-                survivor = np.where(jump, parent[np.maximum(survivor, 0)], survivor)
-            # The survivor takes the kernels of the deepest node folded into it (torch's rule).
-            folded_pos = np.flatnonzero(folded)
-            top = survivor[folded_pos]
-            deepest_key = np.full(m, -1, dtype=np.int64)
-            np.maximum.at(deepest_key, top, depth[folded_pos] * m + folded_pos)
-            tops = np.flatnonzero(deepest_key >= 0)
-            deepest = deepest_key[tops] % m
-            self_dev[tops] = self_dev[deepest]
-            first_dev[tops] = first_dev[deepest]
-            last_dev[tops] = last_dev[deepest]
-            parent = survivor
-
-    has_parent = (parent >= 0) & alive
-    pp = parent[has_parent]
-    child_dur = np.zeros(m, dtype=np.int64)
-    np.add.at(child_dur, pp, dur[has_parent])
-    self_cpu = dur - child_dur
-    # Compilation: a compile phase (by name, as the diagnosis classifies it) and everything
-    # nested inside one (torch.compile runs real aten ops while it traces).
-    compile_name = np.fromiter((is_compile(n) for n in trace.names), dtype=bool, count=len(trace.names))
-    in_compile = compile_name[name] if compile_name.size else np.zeros(m, dtype=bool)
-    if m:
-        for d in range(1, int(depth.max()) + 1):  # a (surviving) parent is always shallower
-            level = np.flatnonzero((depth == d) & has_parent)
-            in_compile[level] |= in_compile[parent[level]]
-    compile_self = np.where(in_compile, self_cpu, 0)
-    cpu_only = trace.device == "cpu"
-    if cpu_only:  # the CPU op time is the device time, compilation excepted
-        self_dev = self_cpu - compile_self
-    total_dev = self_dev.copy()
-    if m:
-        # Bottom-up: add each node's inclusive device time to its (surviving) parent.
-        for d in range(int(depth.max()), 0, -1):
-            level = np.flatnonzero((depth == d) & has_parent)
-            np.add.at(total_dev, parent[level], total_dev[level])
-
-    # Region path of every node (the innermost enclosing region, itself included).
-    path_names: list[str] = [""]
-    path_of = np.zeros(m, dtype=np.int64)
-    region_paths: dict[tuple[int, int], int] = {}
-    is_step = np.array([n.startswith(_STEP_MARKER) for n in trace.names] or [False], dtype=bool)
-    is_real_region = is_region & ~is_step[name] if m else is_region
-    if m:
-        for d in range(int(depth.max()) + 1):
-            level = np.flatnonzero(depth == d)
-            inherited = np.where(parent[level] >= 0, path_of[np.maximum(parent[level], 0)], 0)
-            path_of[level] = inherited
-            reg = level[is_real_region[level]]
-            if reg.size:
-                pair_key = inherited[is_real_region[level]] * n_names + name[reg]
-                uniq, inv = np.unique(pair_key, return_inverse=True)
-                ids = []
-                for key in uniq.tolist():
-                    parent_path, name_id = divmod(key, n_names)
-                    if (parent_path, name_id) not in region_paths:
-                        prefix = path_names[parent_path]
-                        region_paths[(parent_path, name_id)] = len(path_names)
-                        path_names.append(f"{prefix}/{trace.names[name_id]}" if prefix else trace.names[name_id])
-                    ids.append(region_paths[(parent_path, name_id)])
-                path_of[reg] = np.array(ids, dtype=np.int64)[inv.reshape(-1)]
-
-    if cpu_only:
-        first_dev, last_dev = start, start + dur
-    else:
-        no_dev = first_dev == i64max
-        first_dev = np.where(no_dev, start, first_dev)
-        last_dev = np.where(no_dev, start + dur, last_dev)
-
-    # Ops (not regions) of surviving nodes, aggregated per (region path, name).
-    row_mask = alive & ~is_region
-    region_of_row = np.where(is_region, 0, path_of)  # an op's path is its enclosing region's
-    groups = _aggregate(
-        key=region_of_row[row_mask] * n_names + name[row_mask],
-        calls=np.ones(int(row_mask.sum()), dtype=np.int64),
-        dev=total_dev[row_mask],
-        self_dev=self_dev[row_mask],
-        cpu=dur[row_mask],
-        self_cpu=self_cpu[row_mask],
-        first=first_dev[row_mask],
-        last=last_dev[row_mask],
-        comp=compile_self[row_mask],
-        comp_calls=in_compile[row_mask].astype(np.int64),
-    )
-    # Device work whose launching op is not in the trace gets its own row, named after it.
-    if unlinked_dev.size:
-        ud = trace.duration_ns[unlinked_dev]
-        us = trace.start_ns[unlinked_dev]
-        zeros = np.zeros_like(ud)
-        extra = _aggregate(
-            key=trace.name_id[unlinked_dev],
-            calls=np.ones_like(ud),
-            dev=ud,
-            self_dev=ud,
-            cpu=zeros,
-            self_cpu=zeros,
-            first=us,
-            last=us + ud,
-            comp=zeros,
-            comp_calls=zeros,
-        )
-        groups.extend(extra)
-
-    by_path: dict[int, list[tuple]] = {}
-    for g in groups:
-        path_id, name_id = divmod(g[0], n_names)
-        by_path.setdefault(path_id, []).append((trace.names[name_id],) + g[1:])
-
-    # Region occurrence statistics.
-    region_stats: dict[int, RegionStats] = {}
-    live_regions = np.flatnonzero(is_real_region & alive)
-    if live_regions.size:
-        for g in _aggregate(
-            key=path_of[live_regions],
-            calls=np.ones_like(live_regions),
-            dev=dur[live_regions],
-            self_dev=dur[live_regions],
-            cpu=dur[live_regions],
-            self_cpu=dur[live_regions],
-            first=start[live_regions],
-            last=start[live_regions] + dur[live_regions],
-            comp=np.zeros_like(live_regions),
-            comp_calls=np.zeros_like(live_regions),
-        ):
-            region_stats[g[0]] = RegionStats(path_names[g[0]], g[1], g[2] / _NS_PER_US, g[6], g[7])
+    tree = _cpu_tree(trace)
+    device = _link_device_work(trace, tree)
+    _fold_single_child_duplicates(tree, device)
+    times = _node_times(trace, tree, device)
+    paths = _region_paths(trace, tree)
+    by_path = _ops_by_region_path(trace, tree, device, times, paths)
+    region_stats = _region_occurrences(tree, paths)
 
     all_rows = [r for rows in by_path.values() for r in rows]
     root = _build(all_rows, trace.device)
     total = root.total_device_time_us * _NS_PER_US
     regions: dict[str, Summary] = {}
-    for pid in sorted(region_stats, key=lambda p: path_names[p]):
-        prefix = path_names[pid]
+    for pid in sorted(region_stats, key=lambda p: paths.names[p]):
+        prefix = paths.names[pid]
         inside = [
             r
             for p, rows in by_path.items()
-            if p and (path_names[p] == prefix or path_names[p].startswith(prefix + "/"))
+            if p and (paths.names[p] == prefix or paths.names[p].startswith(prefix + "/"))
             for r in rows
         ]
         regions[prefix] = replace(
@@ -391,6 +216,287 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     return replace(
         root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels
     )
+
+
+@dataclass
+class _Tree:
+    """The CPU events (ops, regions, runtime calls) nested per thread; every array is indexed
+    by position in nesting order. ``parent`` is -1 for a root; after folding, a folded node is
+    not ``alive`` and its children point at the node it was folded into."""
+
+    idx: Any  # position of each node in the trace
+    parent: Any
+    depth: Any
+    name: Any  # name ids
+    start: Any
+    dur: Any
+    is_region: Any
+    alive: Any
+
+    @property
+    def size(self) -> int:
+        return int(self.idx.size)
+
+    def deepest(self) -> int:
+        return int(self.depth.max()) if self.size else -1
+
+    def has_parent(self) -> Any:
+        return (self.parent >= 0) & self.alive
+
+
+@dataclass
+class _DeviceWork:
+    """Device time on the ops that launched it: ``self_dev`` (before folding: an op's own
+    kernels), the first start and last end of that work, and the device events whose op is not
+    in the trace."""
+
+    self_dev: Any
+    first: Any
+    last: Any
+    unlinked: Any
+
+
+@dataclass
+class _Times:
+    self_dev: Any
+    total_dev: Any
+    self_cpu: Any
+    in_compile: Any
+    compile_self: Any
+    first: Any
+    last: Any
+
+
+@dataclass
+class _Paths:
+    names: list[str]  # path id -> "outer/inner" ("" for no region)
+    of: Any  # node -> path id of its innermost enclosing region (itself included)
+    is_real_region: Any  # regions, not torch's ProfilerStep# markers
+
+
+def _cpu_tree(trace: Trace) -> _Tree:
+    import numpy as np
+
+    from .nesting import nest
+
+    kind = trace.kind
+    cpu = np.flatnonzero((kind == EventKind.OP) | (kind == EventKind.REGION) | (kind == EventKind.RUNTIME))
+    start = trace.start_ns[cpu]
+    nesting = nest(trace.thread[cpu], start, start + trace.duration_ns[cpu])
+    idx = cpu[nesting.order]
+    return _Tree(
+        idx=idx,
+        parent=nesting.parent.copy(),
+        depth=nesting.depth,
+        name=trace.name_id[idx],
+        start=trace.start_ns[idx],
+        dur=trace.duration_ns[idx],
+        is_region=trace.kind[idx] == EventKind.REGION,
+        alive=np.ones(idx.size, dtype=bool),
+    )
+
+
+def _link_device_work(trace: Trace, tree: _Tree) -> _DeviceWork:
+    """Each device event on the op whose correlation id it links to."""
+    import numpy as np
+
+    m = tree.size
+    dev_idx = np.flatnonzero(trace.kind == EventKind.DEVICE)
+    work = _DeviceWork(
+        self_dev=np.zeros(m, dtype=np.int64),
+        first=np.full(m, np.iinfo(np.int64).max, dtype=np.int64),
+        last=np.zeros(m, dtype=np.int64),
+        unlinked=dev_idx,
+    )
+    if not (dev_idx.size and m):
+        return work
+    corr = trace.correlation_id[tree.idx]
+    launchers = np.flatnonzero((corr > 0) & (trace.linked_correlation_id[tree.idx] == 0))
+    corr_order = np.argsort(corr[launchers], kind="stable")
+    corr_sorted = corr[launchers][corr_order]
+    linked = trace.linked_correlation_id[dev_idx]
+    if corr_sorted.size:
+        hit = np.minimum(np.searchsorted(corr_sorted, linked), corr_sorted.size - 1)
+        found = (linked > 0) & (corr_sorted[hit] == linked)
+    else:
+        hit = np.zeros(linked.size, dtype=np.int64)
+        found = np.zeros(linked.size, dtype=bool)
+    op_pos = launchers[corr_order[hit[found]]]
+    d_start = trace.start_ns[dev_idx[found]]
+    d_dur = trace.duration_ns[dev_idx[found]]
+    np.add.at(work.self_dev, op_pos, d_dur)
+    np.minimum.at(work.first, op_pos, d_start)
+    np.maximum.at(work.last, op_pos, d_start + d_dur)
+    work.unlinked = dev_idx[~found]
+    return work
+
+
+def _fold_single_child_duplicates(tree: _Tree, work: _DeviceWork) -> None:
+    """torch folds a node into a same-named parent whose only child it is (_remove_dup_nodes);
+    the survivor takes the kernels of the deepest node folded into it (torch's rule)."""
+    import numpy as np
+
+    m = tree.size
+    if not m:
+        return
+    parent, name, depth = tree.parent, tree.name, tree.depth
+    has_parent = parent >= 0
+    pp = np.maximum(parent, 0)
+    n_children = np.bincount(parent[has_parent], minlength=m)
+    folded = has_parent & (name[pp] == name) & (n_children[pp] == 1)
+    if not bool(folded.any()):
+        return
+    survivor = parent.copy()
+    while True:  # pointer-jump each node's parent past folded nodes to the survivor
+        jump = (survivor >= 0) & folded[np.maximum(survivor, 0)]
+        if not bool(jump.any()):
+            break
+        survivor = np.where(jump, parent[np.maximum(survivor, 0)], survivor)
+    folded_pos = np.flatnonzero(folded)
+    top = survivor[folded_pos]
+    deepest_key = np.full(m, -1, dtype=np.int64)
+    np.maximum.at(deepest_key, top, depth[folded_pos] * m + folded_pos)
+    tops = np.flatnonzero(deepest_key >= 0)
+    deepest = deepest_key[tops] % m
+    for column in (work.self_dev, work.first, work.last):
+        column[tops] = column[deepest]
+    tree.alive = ~folded
+    tree.parent = survivor
+
+
+def _node_times(trace: Trace, tree: _Tree, work: _DeviceWork) -> _Times:
+    """Self CPU time, compilation (a compile phase by name, as the diagnosis classifies it, and
+    everything nested inside one: torch.compile runs real aten ops while it traces), and the
+    inclusive device time of every node."""
+    import numpy as np
+
+    from .diagnosis.categories import is_compile
+
+    m = tree.size
+    has_parent = tree.has_parent()
+    child_dur = np.zeros(m, dtype=np.int64)
+    np.add.at(child_dur, tree.parent[has_parent], tree.dur[has_parent])
+    self_cpu = tree.dur - child_dur
+    compile_name = np.fromiter((is_compile(n) for n in trace.names), dtype=bool, count=len(trace.names))
+    in_compile = compile_name[tree.name] if compile_name.size else np.zeros(m, dtype=bool)
+    for d in range(1, tree.deepest() + 1):  # a (surviving) parent is always shallower
+        level = np.flatnonzero((tree.depth == d) & has_parent)
+        in_compile[level] |= in_compile[tree.parent[level]]
+    compile_self = np.where(in_compile, self_cpu, 0)
+    self_dev, first, last = work.self_dev, work.first, work.last
+    if trace.device == "cpu":  # the CPU op time is the device time, compilation excepted
+        self_dev = self_cpu - compile_self
+        first, last = tree.start, tree.start + tree.dur
+    else:
+        no_dev = first == np.iinfo(np.int64).max
+        first = np.where(no_dev, tree.start, first)
+        last = np.where(no_dev, tree.start + tree.dur, last)
+    total_dev = self_dev.copy()
+    for d in range(tree.deepest(), 0, -1):  # bottom-up: each node's inclusive time to its parent
+        level = np.flatnonzero((tree.depth == d) & has_parent)
+        np.add.at(total_dev, tree.parent[level], total_dev[level])
+    return _Times(self_dev, total_dev, self_cpu, in_compile, compile_self, first, last)
+
+
+def _region_paths(trace: Trace, tree: _Tree) -> _Paths:
+    """The region path of every node, level by level from the roots."""
+    import numpy as np
+
+    n_names = max(len(trace.names), 1)
+    names: list[str] = [""]
+    path_of = np.zeros(tree.size, dtype=np.int64)
+    known: dict[tuple[int, int], int] = {}
+    is_step = np.array([n.startswith(_STEP_MARKER) for n in trace.names] or [False], dtype=bool)
+    is_real_region = tree.is_region & ~is_step[tree.name] if tree.size else tree.is_region
+    for d in range(tree.deepest() + 1):
+        level = np.flatnonzero(tree.depth == d)
+        inherited = np.where(tree.parent[level] >= 0, path_of[np.maximum(tree.parent[level], 0)], 0)
+        path_of[level] = inherited
+        reg = level[is_real_region[level]]
+        if not reg.size:
+            continue
+        pair_key = inherited[is_real_region[level]] * n_names + tree.name[reg]
+        uniq, inv = np.unique(pair_key, return_inverse=True)
+        ids = []
+        for key in uniq.tolist():
+            parent_path, name_id = divmod(key, n_names)
+            if (parent_path, name_id) not in known:
+                prefix = names[parent_path]
+                known[(parent_path, name_id)] = len(names)
+                names.append(f"{prefix}/{trace.names[name_id]}" if prefix else trace.names[name_id])
+            ids.append(known[(parent_path, name_id)])
+        path_of[reg] = np.array(ids, dtype=np.int64)[inv.reshape(-1)]
+    return _Paths(names, path_of, is_real_region)
+
+
+def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times, paths: _Paths) -> dict[int, list[tuple]]:
+    """Ops (not regions) of surviving nodes aggregated per (region path, name); device work
+    whose launching op is not in the trace gets a row of its own, named after it."""
+    import numpy as np
+
+    n_names = max(len(trace.names), 1)
+    rows = tree.alive & ~tree.is_region
+    region_of_row = np.where(tree.is_region, 0, paths.of)  # an op's path is its enclosing region's
+    groups = _aggregate(
+        key=region_of_row[rows] * n_names + tree.name[rows],
+        calls=np.ones(int(rows.sum()), dtype=np.int64),
+        dev=t.total_dev[rows],
+        self_dev=t.self_dev[rows],
+        cpu=tree.dur[rows],
+        self_cpu=t.self_cpu[rows],
+        first=t.first[rows],
+        last=t.last[rows],
+        comp=t.compile_self[rows],
+        comp_calls=t.in_compile[rows].astype(np.int64),
+    )
+    if work.unlinked.size:
+        ud = trace.duration_ns[work.unlinked]
+        us = trace.start_ns[work.unlinked]
+        zeros = np.zeros_like(ud)
+        groups.extend(
+            _aggregate(
+                key=trace.name_id[work.unlinked],
+                calls=np.ones_like(ud),
+                dev=ud,
+                self_dev=ud,
+                cpu=zeros,
+                self_cpu=zeros,
+                first=us,
+                last=us + ud,
+                comp=zeros,
+                comp_calls=zeros,
+            )
+        )
+    by_path: dict[int, list[tuple]] = {}
+    for g in groups:
+        path_id, name_id = divmod(g[0], n_names)
+        by_path.setdefault(path_id, []).append((trace.names[name_id],) + g[1:])
+    return by_path
+
+
+def _region_occurrences(tree: _Tree, paths: _Paths) -> dict[int, RegionStats]:
+    """How often each region path ran, and its wall time."""
+    import numpy as np
+
+    live = np.flatnonzero(paths.is_real_region & tree.alive)
+    if not live.size:
+        return {}
+    start, dur = tree.start[live], tree.dur[live]
+    return {
+        g[0]: RegionStats(paths.names[g[0]], g[1], g[2] / _NS_PER_US, g[6], g[7])
+        for g in _aggregate(
+            key=paths.of[live],
+            calls=np.ones_like(live),
+            dev=dur,
+            self_dev=dur,
+            cpu=dur,
+            self_cpu=dur,
+            first=start,
+            last=start + dur,
+            comp=np.zeros_like(live),
+            comp_calls=np.zeros_like(live),
+        )
+    }
 
 
 def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) -> list[tuple]:

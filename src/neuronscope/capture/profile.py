@@ -28,12 +28,12 @@ import torch
 import wrapt
 
 from .. import _config, _stats, _worker
-from .. import api as _api  # noqa: F401 - registers the OpenTelemetry sink and the flush at exit
 from .._run import Run, RunStatus
 from ..errors import ConfigurationError
 from ..sinks.otel import capture_parent_context
-from . import ranks as _ranks
+from .. import _ranks
 from . import session, usdt
+from . import wiring as _wiring  # noqa: F401 - the OpenTelemetry sink and the flush at exit, once
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
 from .processing import ProcessOptions, release_segments, set_last_run, submit
@@ -219,6 +219,7 @@ class _Capture:
         self.save_trace = save_trace
         self.serial = next(_Capture._serials)
         self.all_threads = spec.all_threads
+        self.schedule = spec.schedule  # session.Client: what the shared session needs to know
         self.run: Run | None = None
         self.segments: list[Any] = []  # session.Segment, appended by the session
         self._open = False
@@ -228,7 +229,7 @@ class _Capture:
         self._raw_dir: Path | None = None
         self._prof: Any = None  # a scheduled capture's own torch profile (for step())
         self._windows = 0
-        self._last_window_results: Any = None  # a scheduled capture's last window (see session.share_window)
+        self.last_window_results: Any = None  # a scheduled capture's last window (see session.share_window)
         self._torch_ns = 0  # time inside torch's start/stop (not ours)
         self._torch_cpu_ns = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
@@ -339,7 +340,7 @@ class _Capture:
         self.run.caller_overhead_cpu_ns = time.thread_time_ns() - c_begin - self._torch_cpu_ns
         return self.run
 
-    def _start_session(self, all_threads: bool) -> Any:
+    def start_session(self, all_threads: bool) -> Any:
         """Start a torch profiler with this capture's options (called by the session, also to resume)."""
         backend = self._backend
         assert backend is not None
@@ -363,7 +364,7 @@ class _Capture:
             self._prof = prof
         return prof
 
-    def _on_segment(self, prof: Any, seg: Any) -> None:
+    def on_segment(self, prof: Any, seg: Any) -> None:
         """The session stopped while this capture owned it (inside torch's stop for the time)."""
         _worker.backlog.add(id(seg), _worker.backlog.estimate(seg.stop_ns - seg.start_ns, seg.rss_growth, self.name))
         if self.spec.schedule is not None or self._backend is None:
@@ -375,11 +376,11 @@ class _Capture:
                 self.run.warnings.append(f"device exporter failed: {exc!r}")
             log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
 
-    def _stop_failed(self) -> None:
+    def stop_failed(self) -> None:
         _stats.record("errors")
         log.warning("neuronscope: stopping the profiler for %r failed", self.name, exc_info=True)
 
-    def _resume_failed(self, exc: BaseException) -> None:
+    def resume_failed(self, exc: BaseException) -> None:
         _stats.record("errors")
         msg = f"the profile could not resume after a nested profile ({exc}); its time after that is missing"
         log.warning("neuronscope: %r: %s", self.name, msg)

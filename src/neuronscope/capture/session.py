@@ -27,18 +27,41 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 # the markers a capture leaves in the trace
 from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
-if TYPE_CHECKING:
-    from .profile import _Capture
+
+
+class Client(Protocol):
+    """What the session needs of an open capture; capture/profile.py's ``_Capture`` is one.
+    The session calls only these, so it never imports the profile (which imports it)."""
+
+    name: str
+    serial: int
+    all_threads: bool  #: record every thread (lets other threads nest and stop the session)
+    schedule: Any  #: the capture's torch.profiler schedule, or None
+    segments: list  #: what the session recorded for this capture, in order
+    last_window_results: Any  #: a scheduled capture's last window (see share_window)
+
+    def start_session(self, all_threads: bool) -> Any:
+        """Start (and return) the torch.profiler session, configured for this capture."""
+
+    def on_segment(self, prof: Any, seg: "Segment") -> None:
+        """The session stopped while this capture owned it: ``seg`` is what it recorded."""
+
+    def stop_failed(self) -> None:
+        """torch's stop raised; the session is gone."""
+
+    def resume_failed(self, exc: BaseException) -> None:
+        """Restarting the session for this capture (after an inner one) raised ``exc``."""
 
 __all__ = [
     "FOREIGN",
+    "Client",
     "JOIN",
     "NEST",
     "OTHER_THREAD",
@@ -94,9 +117,9 @@ class Segment:
 
 
 _lock = threading.RLock()
-_open: list["_Capture"] = []
+_open: list[Client] = []
 _session: Any = None  # the running torch.profiler.profile
-_session_owner: "_Capture | None" = None
+_session_owner: "Client | None" = None
 _session_thread: int | None = None
 _session_all_threads = False
 _session_start_ns = 0
@@ -116,7 +139,7 @@ def _torch_profiler_running() -> bool:
         return False
 
 
-def decide(capture: "_Capture") -> _Outcome:
+def decide(capture: Client) -> _Outcome:
     """What ``capture`` may do now (no state changes)."""
     with _lock:
         if not _open:
@@ -124,16 +147,16 @@ def decide(capture: "_Capture") -> _Outcome:
         me = threading.get_ident()
         inside = _inside.get()
         same_chain = _session_thread == me and inside is not None and inside in _open
-        if any(c.spec.schedule is not None for c in _open):
+        if any(c.schedule is not None for c in _open):
             return JOIN if same_chain else OTHER_THREAD
         if same_chain or _session_all_threads:
             return NEST
         return OTHER_THREAD
 
 
-def enter(capture: "_Capture") -> None:
+def enter(capture: Client) -> None:
     """Open ``capture``: stop the running session if any (a segment for everyone open),
-    then start one with ``capture._start_session(all_threads)``. Raises what that raises."""
+    then start one with ``capture.start_session(all_threads)``. Raises what that raises."""
     with _lock:
         if _session is not None:
             _cut_segment()
@@ -148,7 +171,7 @@ def enter(capture: "_Capture") -> None:
             raise
 
 
-def leave(capture: "_Capture", before_stop: Any = None) -> list[Segment]:
+def leave(capture: Client, before_stop: Any = None) -> list[Segment]:
     """Close ``capture``: stop the session, hand back the capture's segments, and restart a
     session for the captures still open. ``before_stop()`` runs just before torch's stop
     (the device synchronize)."""
@@ -173,7 +196,7 @@ def leave(capture: "_Capture", before_stop: Any = None) -> list[Segment]:
         return segments
 
 
-def abandon(capture: "_Capture") -> None:
+def abandon(capture: Client) -> None:
     """Forget a capture whose start failed (nothing to process)."""
     with _lock:
         if capture in _open:
@@ -187,12 +210,12 @@ def active_run() -> Any:
     return getattr(inside, "run", None) if inside is not None and inside in _open else None
 
 
-def innermost() -> "_Capture | None":
+def innermost() -> "Client | None":
     with _lock:
         return _open[-1] if _open else None
 
 
-def open_captures() -> list["_Capture"]:
+def open_captures() -> list[Client]:
     with _lock:
         return list(_open)
 
@@ -208,12 +231,12 @@ def _rss() -> int | None:
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _start(capture: "_Capture") -> None:
+def _start(capture: Client) -> None:
     """Start a session owned by ``capture`` (the regions it continues are set by _resume)."""
     global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
     global _session_rss
     all_threads = any(c.all_threads for c in _open)
-    _session = capture._start_session(all_threads)
+    _session = capture.start_session(all_threads)
     # measured after torch's start: its first start initialises Kineto (time and memory that
     # are not this segment's events)
     _session_rss = _rss() or 0
@@ -236,11 +259,11 @@ def _cut_segment() -> None:
         # None when a schedule had run its course (repeat=N): nothing recorded since its last window
         results = prof.profiler.kineto_results if prof.profiler is not None else None
     except Exception:  # noqa: BLE001 - a broken stop loses this segment, not the program
-        owner._stop_failed()
+        owner.stop_failed()
         results = None
     if results is None:
         return
-    if results is getattr(owner, "_last_window_results", None):
+    if results is owner.last_window_results:
         return  # a scheduled capture's last window: already a segment of everyone (share_window)
     rss = _rss()
     seg = Segment(
@@ -253,7 +276,7 @@ def _cut_segment() -> None:
         all_threads=_session_all_threads,
     )
     if owner is not None:
-        owner._on_segment(prof, seg)
+        owner.on_segment(prof, seg)
     for c in _open:
         c.segments.append(seg)
         seg._refs += 1
@@ -264,7 +287,7 @@ def recording_all_threads() -> bool:
     return _session_all_threads
 
 
-def share_window(capture: "_Capture", seg: Segment) -> None:
+def share_window(capture: Client, seg: Segment) -> None:
     """A scheduled capture's window is a segment of the captures it is nested in as well.
 
     torch clears a scheduled profile's events at the end of each cycle, so the outer captures
@@ -272,7 +295,7 @@ def share_window(capture: "_Capture", seg: Segment) -> None:
     again, and :func:`_cut_segment` does not count them twice.
     """
     with _lock:
-        capture._last_window_results = seg.results
+        capture.last_window_results = seg.results
         for other in _open:
             if other is not capture:
                 other.segments.append(seg)
@@ -284,20 +307,20 @@ def _resume() -> None:
     if not _open or _session is not None:
         return
     capture = _open[-1]
-    if capture.spec.schedule is not None:
+    if capture.schedule is not None:
         return  # a scheduled capture's session is never yielded, so never resumed
     from .region import continue_open_regions
 
     try:
         _start(capture)
     except Exception as exc:  # noqa: BLE001 - the outer capture goes on without more segments
-        capture._resume_failed(exc)
+        capture.resume_failed(exc)
         return
     global _session_continued
     _session_continued = continue_open_regions()
 
 
-def _reset_token(capture: "_Capture") -> None:
+def _reset_token(capture: Client) -> None:
     token = _tokens.pop(id(capture), None)
     if token is not None:
         try:
@@ -316,7 +339,7 @@ def _mark(name: str) -> None:
         pass
 
 
-def mark_capture(capture: "_Capture", end: bool = False) -> None:
+def mark_capture(capture: Client, end: bool = False) -> None:
     _mark(f"{MARKER_CAPTURE_END if end else MARKER_CAPTURE}#{capture.serial}:{capture.name}")
 
 

@@ -38,8 +38,9 @@ from ..analysis.nesting import nest
 from ..analysis.summary import Summary
 from ..trace.model import EventKind, Trace
 from ._assets import CSS, JS
+from .charts import time_axis_ticks
 from .sources import Source, as_source
-from .text import format_us
+from ..analysis.text import format_us
 
 __all__ = ["render_html", "write_html"]
 
@@ -226,16 +227,6 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
             sel = sel[np.argsort(trace.start_ns[sel], kind="stable")]
             lanes.append(_Lane("regions" if d == 0 else f"regions L{d + 1}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"))
     return lanes, dropped
-
-
-def time_axis_ticks(x0: float, x1: float, axis_h: int, h: int, span_ns: float) -> str:
-    """Five ticks from +0 to +span along the top of an SVG time chart (both report charts)."""
-    return "".join(
-        f'<line class="tick" x1="{x0 + k * (x1 - x0) / 4:.2f}" x2="{x0 + k * (x1 - x0) / 4:.2f}" y1="{axis_h - 4}" y2="{h}"/>'
-        f'<text class="tick-label" x="{x0 + k * (x1 - x0) / 4:.2f}" y="{axis_h - 8}" '
-        f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">+{format_us(k * span_ns / 4 / 1e3)}</text>'
-        for k in range(5)
-    )
 
 
 def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
@@ -509,7 +500,7 @@ def _diagnosis(source: Source, key: str) -> str:
     d = source.diagnosis
     if d is None:
         return '<p class="empty diagnosis-missing">no diagnosis (this run saved no trace to diagnose)</p>'
-    from .diagnosis_text import CLASS_WORDS, VERDICT_WORDS
+    from ..analysis.diagnosis.model import CLASS_WORDS, VERDICT_WORDS
 
     lines = d.headline()
     verdict = f'<p class="verdict" data-bound-by="{_e(d.bound_by)}"><b>{_e(lines[0])}</b></p>' + "".join(

@@ -20,8 +20,8 @@ from typing import Any
 
 from .._version import __version__
 from ._assets import CSS, JS
-from .html import time_axis_ticks
-from .text import format_us
+from .charts import time_axis_ticks
+from ..analysis.text import format_us
 
 __all__ = ["render_ranks_html", "write_ranks_html"]
 

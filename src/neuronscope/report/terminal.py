@@ -21,7 +21,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .text import compile_footer, device_cells, format_us, split_compile_rows
+from ..analysis.text import compile_footer, device_cells, format_us, split_compile_rows
 
 if TYPE_CHECKING:
     from ..analysis.diff import Delta, SummaryDiff
@@ -186,7 +186,7 @@ _VERDICT_STYLE = {"device": "green", "host": "yellow", "launch": "yellow", "sync
 
 def diagnosis_renderable(diagnosis: Any, *, findings: int = 3) -> Text:
     """The verdict lines, then the top findings with the time at stake."""
-    from .diagnosis_text import finding_line
+    from ..analysis.diagnosis.model import finding_line
 
     text = Text()
     lines = diagnosis.headline()

@@ -83,7 +83,7 @@ def _port_for_this_rank(port: int | None) -> int | None:
     """Under torchrun every local rank inherits the same port: local rank N serves port + N."""
     if not port:
         return port  # None (stop) or 0 (a free port)
-    from ...capture.ranks import current
+    from ..._ranks import current
 
     info = current()
     return port + info.local_rank if info is not None and info.local_rank else port

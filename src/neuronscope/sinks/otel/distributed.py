@@ -152,7 +152,7 @@ def rank_resource_attributes() -> dict[str, Any]:
     What ``OTEL_RESOURCE_ATTRIBUTES`` sets is left out: the user's setting wins."""
     from opentelemetry.sdk.resources import OTELResourceDetector
 
-    from ...capture.ranks import current
+    from ..._ranks import current
 
     info = current()
     if info is None:

@@ -1,12 +1,41 @@
-"""Plain-text rendering of a Summary (what ``print(run.summary)`` shows)."""
+"""Plain-text rendering of a Summary (what ``print(run.summary)`` shows) and the time format
+every renderer shares.
+
+It reads summaries through the two protocols below rather than importing analysis.summary:
+``Summary.__str__`` calls down into this module, so this module must not import it back.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ..analysis.summary import OpStats, Summary
+
+class OpStats(Protocol):
+    """What a table reads of a row (analysis.summary.OpStats)."""
+
+    name: str
+    calls: int
+    device_time_us: float
+    self_device_time_us: float
+    device_pct: float
+    cpu_time_us: float
+    self_cpu_time_us: float
+    compile: bool
+
+
+class Summary(Protocol):
+    """What a table reads of a summary (analysis.summary.Summary)."""
+
+    device: str
+    rows: Sequence[OpStats]
+    total_device_time_us: float
+    compile_time_us: float
+    warnings: Sequence[str]
+    notes: Sequence[str]
+
+    def label(self, name: str) -> str: ...
+
 
 __all__ = ["compile_footer", "device_cells", "format_us", "split_compile_rows", "summary_table"]
 
@@ -16,6 +45,7 @@ COMPILE_ROWS_SHOWN = 5
 _DEVICE_LABEL = {
     "cpu": "cpu (no accelerator: device time = CPU op time)",
     "cuda": "cuda (device time = GPU kernel time)",
+    "rocm": "rocm (device time = GPU kernel time)",
     "neuron": "neuron (device time = NeuronCore time)",
 }
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
+from .errors import ConfigurationError
 
 __all__ = ["RankInfo", "current", "detect", "job_dir_name", "parse_ranks"]
 
