@@ -32,6 +32,13 @@ class Settings:
     #: retention of run directories in the output dir (oldest removed first; None = no limit)
     max_runs: int | None = None  # None: $NEURONSCOPE_MAX_RUNS or DEFAULT_MAX_RUNS
     max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
+    #: the per-process control channel that `neuronscope arm PID` talks to (None: on unless NEURONSCOPE_CONTROL=0)
+    control: bool | None = None
+
+    def control_enabled(self) -> bool:
+        if self.control is not None:
+            return self.control
+        return os.environ.get("NEURONSCOPE_CONTROL", "").strip().lower() not in ("0", "false", "no", "off")
 
     def resolved_output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         if override is not None:

@@ -43,6 +43,7 @@ def configure(
     max_pending_bytes: int | None = _UNSET,
     prometheus_port: int | None = _UNSET,
     metrics_top_ops: int = _UNSET,
+    control: bool = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -74,6 +75,10 @@ def configure(
     profile without sampling options waits for earlier ones to be written instead
     (``ns.stats()["backpressure_waits"]``); a profile that started is always processed.
     0 means no limit.
+
+    Live profiling: ``control=False`` (or ``NEURONSCOPE_CONTROL=0``) keeps this process from
+    opening the local control channel that ``neuronscope arm PID`` uses (see
+    docs/production.md, "Profile a live service"); ``ns.arm()`` works either way.
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
@@ -104,10 +109,18 @@ def configure(
         )
         if value is not _UNSET
     }
+    if control is not _UNSET:
+        if not isinstance(control, bool):
+            raise ConfigurationError(f"configure(control={control!r}): use True or False")
+        changes["control"] = control
     if otel_changes:
         _otel.configure_otel(**otel_changes)
     if changes:
         _config.update(**changes)
+    if "control" in changes:
+        from .capture import control as _control
+
+        _control.settings_changed()
 
 
 def flush(timeout: float | None = 30.0) -> bool:
