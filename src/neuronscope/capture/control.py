@@ -500,7 +500,10 @@ def request(pid: int, payload: dict[str, Any], timeout: float = 5.0, path: Path 
         except OSError as exc:
             raise ControlError(f"cannot connect to {path}: {exc.strerror or exc}") from exc
         try:
-            sock.sendall(json.dumps(payload).encode() + b"\n")
+            try:
+                sock.sendall(json.dumps(payload).encode() + b"\n")
+            except BrokenPipeError:
+                pass  # refused before it read the request: its reply says why
             data = b""
             while not data.endswith(b"\n") and len(data) < 1 << 20:
                 chunk = sock.recv(65536)
