@@ -22,6 +22,10 @@ _KEYS = (
     "telemetry_dropped",
     "armed",
     "triggered",
+    "arm_expired",
+    "triggers_fired",
+    "triggers_suppressed",
+    "trigger_baselines",
 )
 # Counters kept elsewhere for speed (the sampling hot path), summed in at read time.
 _sources: list[Callable[[], dict[str, int]]] = []
@@ -62,6 +66,8 @@ def stats() -> dict[str, int]:
     arm requests dropped unfilled); ``triggered`` calls profiled because a
     :class:`~neuronscope.SlowCalls` trigger fired (``trigger_baselines``: normal calls it
     profiled to compare with). These three are also counted in ``profiled``.
+    ``triggers_fired`` slow calls that armed a capture, ``triggers_suppressed`` slow calls that
+    did not because of ``max_per_hour``.
     """
     external = _from_sources()
     with _lock:

@@ -42,10 +42,10 @@ __all__ = ["SlowCalls", "wrap_with_trigger"]
 log = logging.getLogger("neuronscope")
 
 _BUCKETS = 64 * 8 + 8
-_REFRESH_MASK = 63  # re-read the quantile every 64 timed calls
-#: a profiled normal call counts as the baseline when it took at most this times the median
-#: (the profiler's own per-op overhead makes a profiled call a little slower)
-BASELINE_SLACK = 1.5
+_REFRESH_MASK = 63  # re-read the quantile every 64 timed calls (more often for a small min_calls)
+#: normal calls profiled per baseline round; the fastest becomes the baseline (a profiled call
+#: also carries the profiler's own overhead, and another thread may have slowed any one of them)
+BASELINE_CANDIDATES = 3
 BASELINE_REFRESH_S = 900.0  # a baseline older than this is replaced by a fresher one
 MAX_BASELINE_ATTEMPTS_PER_HOUR = 12
 #: armed captures of a trigger not filled within this time are dropped (the key never came back)
@@ -135,9 +135,11 @@ class _TriggerState:
         self.fired: deque[float] = deque()
         self.baseline: Run | None = None
         self.baseline_at = 0.0
+        self.baseline_call_ns = math.inf  # the profiled call time of the current round's best candidate
         self.baseline_attempts: deque[float] = deque()
         self.baseline_next_call = 0  # a baseline attempt may be made from this timed call on
         self.baseline_wanted = False
+        self.candidates_left = 0
         self.total = 0
         self.decay_at = max(2000, 10 * spec.min_calls)
 
@@ -150,16 +152,21 @@ class _TriggerState:
         if total >= self.decay_at:  # forget old calls slowly: follow drift, stay bounded
             self.counts[:] = [c >> 1 for c in counts]
         self.total = total
-        if total < self.spec.min_calls:
+        if total < self.spec.min_calls // 2:
             return
+        # The median settles long before the tail: the baseline is taken from half of
+        # min_calls on, so it exists by the time the trigger can fire.
         self.median_ns = _bucket_upper_ns(bisect.bisect_left(cum, total * 0.5))
-        if self.spec.slo_ms is not None:
-            self.threshold[0] = self.spec.slo_ms * 1e6
-        else:
-            self.threshold[0] = _bucket_upper_ns(min(bisect.bisect_left(cum, total * self.spec.quantile), _BUCKETS - 1))
+        if total >= self.spec.min_calls:
+            if self.spec.slo_ms is not None:
+                self.threshold[0] = self.spec.slo_ms * 1e6
+            else:
+                self.threshold[0] = _bucket_upper_ns(min(bisect.bisect_left(cum, total * self.spec.quantile), _BUCKETS - 1))
         now = time.monotonic()
-        if self.baseline is None or now - self.baseline_at > BASELINE_REFRESH_S:
-            with self.lock:
+        if not self.candidates_left and (self.baseline is None or now - self.baseline_at > BASELINE_REFRESH_S):
+            with self.lock:  # a new round of baseline candidates
+                self.candidates_left = BASELINE_CANDIDATES
+                self.baseline_call_ns = math.inf
                 self.baseline_wanted = True
                 self.want[0] = True
 
@@ -230,7 +237,7 @@ class _TriggerState:
                         self.pending = None
                     self._update_want()
                     return "slow", pending
-                if self.baseline_wanted and self.total >= self.spec.min_calls and self._baseline_attempt_allowed(now):
+                if self.baseline_wanted and self.median_ns and self._baseline_attempt_allowed(now):
                     self.baseline_wanted = False  # one attempt in flight; baseline_done decides
                     self._update_want()
                     return "baseline", None
@@ -241,7 +248,9 @@ class _TriggerState:
         return None
 
     def _baseline_attempt_allowed(self, now: float) -> bool:
-        if self.total < self.baseline_next_call:
+        from .sampling import _count_value
+
+        if _count_value(self.timed) < self.baseline_next_call:
             return False
         while self.baseline_attempts and now - self.baseline_attempts[0] >= 3600.0:
             self.baseline_attempts.popleft()
@@ -262,22 +271,28 @@ class _TriggerState:
             self._update_want()
 
     def baseline_done(self, run: "Run", call_ns: int) -> None:
-        """A baseline candidate finished: keep it when it was a normal call."""
+        """A baseline candidate finished: the fastest of the round is the baseline."""
+        from .sampling import _count_value
+
+        run._trigger_call_ns = call_ns  # type: ignore[attr-defined] - for its manifest
         with self.lock:
-            if run.profiled and self.median_ns and call_ns <= self.median_ns * BASELINE_SLACK:
-                self.baseline = run
-                self.baseline_at = time.monotonic()
-                self.baseline_wanted = False
-            else:  # not normal (or not profiled): try again a little later
-                self.baseline_wanted = True
-                self.baseline_next_call = self.total + max(10, self.spec.min_calls // 10)
+            if run.profiled:
+                self.candidates_left -= 1
+                if call_ns < self.baseline_call_ns:
+                    self.baseline = run
+                    self.baseline_call_ns = call_ns
+                    self.baseline_at = time.monotonic()
+            self.baseline_wanted = self.candidates_left > 0
+            # spread the candidates over the traffic, not several in a row
+            self.baseline_next_call = _count_value(self.timed) + max(10, self.spec.min_calls // 4)
             self._update_want()
 
     # -- on the output worker ---------------------------------------------------------------------
-    @staticmethod
-    def annotate_triggered(baseline: "Run | None") -> Callable[["Run"], dict[str, Any]]:
+    def annotate_triggered(self, at_fire: "Run | None") -> Callable[["Run"], dict[str, Any]]:
         def annotate(run: "Run") -> dict[str, Any]:
-            if baseline is None or not baseline._diagnosed.is_set():
+            # the baseline the trigger had when it fired; else one taken since, once analysed
+            baseline = at_fire if at_fire is not None else self.baseline
+            if baseline is None or baseline is run or not baseline._diagnosed.is_set():
                 return {}
             if baseline._summary is None or baseline._diagnosis is None or run._summary is None or run._diagnosis is None:
                 return {}
@@ -292,7 +307,8 @@ class _TriggerState:
 
     @staticmethod
     def annotate_baseline(run: "Run") -> dict[str, Any]:
-        return {"trigger_role": "baseline"}
+        call_ns = getattr(run, "_trigger_call_ns", None)
+        return {"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)}
 
 
 def _current_span_context() -> Any:
@@ -326,6 +342,9 @@ def wrap_with_trigger(
     trig: SlowCalls = spec.trigger
     state = _TriggerState(trig, policy._calls)
     counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
+    mask = _REFRESH_MASK
+    while mask > 7 and mask + 1 > trig.min_calls // 2:
+        mask >>= 1
     now = time.perf_counter_ns
     chosen = spec.ranks
 
@@ -372,7 +391,7 @@ def wrap_with_trigger(
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
         counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
-        if not timed() & _REFRESH_MASK:
+        if not timed() & mask:
             state.refresh()
 
     if inspect.iscoroutinefunction(target):
@@ -446,11 +465,11 @@ def wrap_with_trigger(
                 state.slow(dt, args, kwargs)
             b = (dt | 16).bit_length()
             counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
-            if not timed() & _REFRESH_MASK:
+            if not timed() & mask:
                 state.refresh()
             return result
 
         wrapper = sync_wrapper(func)
-    wrapper._neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
+    wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - on the wrapper itself (wrapt), for tests and debugging
     return wrapper
 
