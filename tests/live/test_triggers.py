@@ -11,12 +11,13 @@ import torch
 import neuronscope as ns
 from neuronscope.errors import ConfigurationError
 
-W = torch.randn(256, 256)
+W = torch.randn(256, 256) / 16  # keeps repeated products finite
 
 
 class Workload:
     """Short and long inputs alternate; from ``regress()`` on, long inputs take a slow path
-    (ten more matrix multiplications): aten::mm is the op that got slower."""
+    (forty more matrix multiplications, far above any scheduling noise): aten::mm is the op
+    that got slower."""
 
     def __init__(self, **trigger):
         self.slow_long = False
@@ -29,8 +30,8 @@ class Workload:
     def serve(self, x: torch.Tensor) -> torch.Tensor:
         y = x @ W
         if self.slow_long and x.shape[0] > 256:
-            for _ in range(10):
-                y = (y @ W) * 0.01
+            for _ in range(40):
+                y = y @ W
         return y.relu()
 
     def call(self, i: int) -> None:
@@ -44,26 +45,28 @@ def _runs(out):
 
 
 def test_the_trigger_captures_calls_of_the_slow_class_and_explains_them(_isolated_runs):
-    w = Workload(quantile=0.95, min_calls=128, capture=2, max_per_hour=1)
+    # p90: on a busy test machine a few normal calls are slow too; the threshold stays below the regression
+    w = Workload(quantile=0.9, min_calls=128, capture=2, max_per_hour=1)
     state = w.fn._self_neuronscope_trigger
     i = 0
     while state.threshold[0] == float("inf"):  # normal traffic: the median, a baseline, then the tail threshold
         w.call(i)
         i += 1
-    assert 128 <= i <= 140 and state.baseline is not None
-    # The long inputs get slow right as the threshold is known (a normal call over p95, as
-    # 5 % are, would fire first otherwise and use up max_per_hour=1).
+    assert i < 1000 and state.baseline is not None and not state.baseline_wanted
+    # The long inputs get slow right as the threshold is known (a normal call over p90, as
+    # 10 % are, would fire first otherwise and use up max_per_hour=1).
     w.slow_long = True
     for i in range(0, 20):
         w.call(i)
     assert ns.flush(60)
     stats = ns.stats()
     assert stats["triggers_fired"] == 1 and stats["triggered"] == 2
-    assert stats["triggers_suppressed"] >= 1  # max_per_hour=1: later slow calls fire nothing
-    for i in range(148, 200):
+    for i in range(20, 60):
         w.call(i)
     assert ns.flush(60)
-    assert ns.stats()["triggered"] == 2 and ns.stats()["trigger_baselines"] >= 1
+    stats = ns.stats()
+    assert stats["triggered"] == 2 and stats["trigger_baselines"] >= 1
+    assert stats["triggers_suppressed"] >= 1  # max_per_hour=1: later slow calls fire nothing
 
     runs = _runs(_isolated_runs)
     triggered = [r for r in runs if r.trigger is not None]
@@ -73,7 +76,7 @@ def test_the_trigger_captures_calls_of_the_slow_class_and_explains_them(_isolate
         t = run.trigger
         assert t.kind == "slow" and t.key == "long"  # calls of the slow class, not the fast ones
         assert t.call_ms > t.threshold_ms > 0
-        assert t.reason.startswith("call ") and "> p95" in t.reason and "(key 'long')" in t.reason
+        assert t.reason.startswith("call ") and "> p90" in t.reason and "(key 'long')" in t.reason
         assert run.baseline is not None and run.baseline.is_dir()
         assert ns.load_run(run.baseline).manifest.get("trigger_role") == "baseline"
         top = run.explanation.contributions[0]
@@ -81,8 +84,8 @@ def test_the_trigger_captures_calls_of_the_slow_class_and_explains_them(_isolate
         assert run.explanation.delta_us > 0
         manifest = json.loads((run.path / "manifest.json").read_text())
         assert manifest["trigger"]["kind"] == "slow" and manifest["explanation"]["contributions"][0]["name"] == "aten::mm"
-        # the triggered calls really were long ones: 11 matmuls each
-        assert next(r for r in run.summary.rows if r.name == "aten::mm").calls == 11
+        # the triggered calls really were long ones: 41 matmuls each
+        assert next(r for r in run.summary.rows if r.name == "aten::mm").calls == 41
 
 
 def test_max_per_hour_and_slo(_isolated_runs):
@@ -94,11 +97,13 @@ def test_max_per_hour_and_slo(_isolated_runs):
 
     for _ in range(40):
         handler(False)
-    for _ in range(12):  # every call now breaks the SLO
+    for _ in range(200):  # every call now breaks the SLO
         handler(True)
+        if ns.stats()["triggers_suppressed"] >= 3:
+            break
     assert ns.flush(60)
     stats = ns.stats()
-    assert stats["triggers_fired"] == 3 and stats["triggered"] == 3 and stats["triggers_suppressed"] >= 5
+    assert stats["triggers_fired"] == 3 and stats["triggered"] == 3 and stats["triggers_suppressed"] >= 3
     slow_runs = [r for r in _runs(_isolated_runs) if r.trigger is not None]
     assert len(slow_runs) == 3
     assert all("> SLO 20.0 ms" in r.trigger.reason and r.trigger.threshold_ms == 20.0 for r in slow_runs)
@@ -149,12 +154,14 @@ def test_an_async_function_with_a_trigger():
     async def main():
         for _ in range(70):
             assert await handler(False) == 3
-        for _ in range(5):
+        for _ in range(200):
             assert await handler(True) == 3
+            if ns.stats()["triggers_suppressed"]:
+                break
 
     asyncio.run(main())
     assert ns.flush(30)
-    assert ns.stats()["triggered"] == 2
+    assert ns.stats()["triggered"] == 2 and ns.stats()["triggers_fired"] == 1
 
 
 def test_slowcalls_validates_its_arguments():

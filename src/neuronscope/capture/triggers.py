@@ -11,6 +11,9 @@ Cost on the calling thread (bench/bench_trigger_overhead.py): every call is time
 wide; counts halved every few thousand calls so it follows drift); the quantile is re-read
 from the histogram every 64 calls, off the per-call path. The per-call check is one
 comparison with the cached threshold and one flag.
+
+Calls that end while neuronscope's background workers are processing a profile are not
+timed: that work competes for the GIL, and the trigger must not fire on its own footprint.
 """
 
 from __future__ import annotations
@@ -283,8 +286,8 @@ class _TriggerState:
                     self.baseline_call_ns = call_ns
                     self.baseline_at = time.monotonic()
             self.baseline_wanted = self.candidates_left > 0
-            # spread the candidates over the traffic, not several in a row
-            self.baseline_next_call = _count_value(self.timed) + max(10, self.spec.min_calls // 4)
+            # spread the candidates over the traffic (a round ends before min_calls is reached)
+            self.baseline_next_call = _count_value(self.timed) + max(5, self.spec.min_calls // 8)
             self._update_want()
 
     # -- on the output worker ---------------------------------------------------------------------
@@ -336,6 +339,7 @@ def wrap_with_trigger(
 
     ``decide`` is the sampling policy's decider (sampling options and arming; with no
     sampling options it chooses only armed calls); ``start`` begins a capture."""
+    from .._worker import busy
     from .arming import take_stash
     from .profile import _Capture
 
@@ -387,6 +391,8 @@ def wrap_with_trigger(
         return result
 
     def observe(dt: int, args: Any, kwargs: Any) -> None:
+        if busy[0]:
+            return  # our own background work ran meanwhile: not the service's latency
         if dt > threshold[0]:
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
@@ -461,6 +467,8 @@ def wrap_with_trigger(
             t0 = now()
             result = wrapped(*args, **kwargs)
             dt = now() - t0
+            if busy[0]:
+                return result  # our own background work ran meanwhile: not the service's latency
             if dt > threshold[0]:
                 state.slow(dt, args, kwargs)
             b = (dt | 16).bit_length()
