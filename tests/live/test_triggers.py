@@ -87,6 +87,23 @@ def test_the_trigger_captures_calls_of_the_slow_class_and_explains_them(_isolate
         # the triggered calls really were long ones: 41 matmuls each
         assert next(r for r in run.summary.rows if r.name == "aten::mm").calls == 41
 
+    # `neuronscope show` says why the run exists and why it was slower, before the op table
+    from click.testing import CliRunner
+
+    from neuronscope.cli import cli
+
+    out = CliRunner().invoke(cli, ["show", str(triggered[0].path)], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith("Triggered (slow call): call ") and "> p90" in lines[0]
+    assert "(key 'long')" in lines[0]
+    why = next(i for i, line in enumerate(lines) if line.startswith("Why: "))
+    assert "slower than the baseline" in lines[why] and lines[why + 1].startswith("  baseline: ")
+    assert "aten::mm" in lines[why + 2]
+    assert why < next(i for i, line in enumerate(lines) if line.startswith("tail"))  # before the header
+    data = json.loads(CliRunner().invoke(cli, ["show", str(triggered[0].path), "--json"]).output)
+    assert data["trigger"]["key"] == "long" and data["explanation"]["contributions"][0]["name"] == "aten::mm"
+
 
 def test_max_per_hour_and_slo(_isolated_runs):
     @ns.profile_neuron(name="slo", trigger=ns.SlowCalls(slo_ms=20, min_calls=10, capture=1, max_per_hour=3))

@@ -39,7 +39,11 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
                      "ops": [Op, ...]}, ...],   # always present, by path
         "warnings": [str, ...],
         "notes": [str, ...],             # e.g. how to open raw Neuron files
-        "diagnosis": Diagnosis | null    # why it is slow (see docs/diagnosis.md)
+        "diagnosis": Diagnosis | null,   # why it is slow (see docs/diagnosis.md)
+        "trigger": null | {"kind": "slow"|"arm", "reason": str, "call_ms": float|null,
+                           "threshold_ms": float|null, "key": any},
+        "baseline": str|null,            # run directory of the normal call compared with
+        "explanation": null | Explanation   # as in `diff --json`, baseline = A
       }
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
@@ -54,7 +58,13 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
         return
     from ..report.terminal import diagnosis_renderable, header_renderable, make_console, regions_renderable, summary_renderable
 
+    from ..report.trigger_text import trigger_renderable
+
     console = make_console()
+    triggered = trigger_renderable(src.manifest, labels=summary.labels)
+    if triggered is not None:  # captured on demand: why, and what differs from a normal call, first
+        console.print(triggered, soft_wrap=True)
+        console.print()
     console.print(header_renderable(src))
     console.print()
     if src.diagnosis is not None:
@@ -95,4 +105,7 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "warnings": list(s.warnings),
         "notes": list(s.notes),
         "diagnosis": src.diagnosis.to_dict() if src.diagnosis is not None else None,
+        "trigger": src.manifest.get("trigger"),
+        "baseline": src.manifest.get("baseline"),
+        "explanation": src.manifest.get("explanation"),
     }
