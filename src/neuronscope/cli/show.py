@@ -40,8 +40,9 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
         "warnings": [str, ...],
         "notes": [str, ...],             # e.g. how to open raw Neuron files
         "diagnosis": Diagnosis | null,   # why it is slow (see docs/diagnosis.md)
-        "trigger": null | {"kind": "slow"|"arm", "reason": str, "call_ms": float|null,
-                           "threshold_ms": float|null, "key": any},
+        # only for a run captured on demand (ns.arm, neuronscope arm, a SlowCalls trigger):
+        "trigger": {"kind": "slow"|"arm", "reason": str, "call_ms": float|null,
+                    "threshold_ms": float|null, "key": any},
         "baseline": str|null,            # run directory of the normal call compared with
         "explanation": null | Explanation   # as in `diff --json`, baseline = A
       }
@@ -91,7 +92,7 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
                 "ops": [op_json(r) for r in summary_ops(region, sort, top)],
             }
         )
-    return {
+    data = {
         "schema_version": JSON_SCHEMA_VERSION,
         "source": source_json(src),
         "device": s.device,
@@ -105,7 +106,9 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "warnings": list(s.warnings),
         "notes": list(s.notes),
         "diagnosis": src.diagnosis.to_dict() if src.diagnosis is not None else None,
-        "trigger": src.manifest.get("trigger"),
-        "baseline": src.manifest.get("baseline"),
-        "explanation": src.manifest.get("explanation"),
     }
+    if isinstance(src.manifest.get("trigger"), dict):  # captured on demand (arming, a slow call)
+        data["trigger"] = src.manifest["trigger"]
+        data["baseline"] = src.manifest.get("baseline")
+        data["explanation"] = src.manifest.get("explanation")
+    return data
