@@ -9,8 +9,9 @@ now and then. The comparison is the wall-time explanation ``neuronscope diff`` p
 Cost on the calling thread (bench/bench_trigger_overhead.py): every call is timed with two
 ``perf_counter_ns`` and counted into a fixed log-scale histogram (8 buckets per octave, ~9 %
 wide; counts halved every few thousand calls so it follows drift); the quantile is re-read
-from the histogram every 64 calls, off the per-call path. The per-call check is one
-comparison with the cached threshold and one flag.
+from the histogram every 1024 calls (64 until ``min_calls`` were seen), off the per-call path. The per-call check is one
+comparison with the cached threshold and one flag. Once ``max_per_hour`` is used up the
+threshold is lifted until a firing is an hour old, so slow calls then cost nothing either.
 
 Calls that end while neuronscope's background workers are processing a profile are not
 timed: that work competes for the GIL, and the trigger must not fire on its own footprint.
@@ -46,6 +47,7 @@ log = logging.getLogger("neuronscope")
 
 _BUCKETS = 64 * 8 + 8
 _REFRESH_MASK = 63  # re-read the quantile every 64 timed calls (more often for a small min_calls)
+_REFRESH_MASK_SETTLED = 1023  # ... and every 1024 once min_calls were timed
 #: normal calls profiled per baseline round; the fastest becomes the baseline (a profiled call
 #: also carries the profiler's own overhead, and another thread may have slowed any one of them)
 BASELINE_CANDIDATES = 3
@@ -145,6 +147,7 @@ class _TriggerState:
         self.candidates_left = 0
         self.total = 0
         self.decay_at = max(2000, 10 * spec.min_calls)
+        self.muted_until = 0.0  # max_per_hour reached: no threshold until a firing is an hour old
 
     # -- the sketch ---------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -160,7 +163,7 @@ class _TriggerState:
         # The median settles long before the tail: the baseline is taken from half of
         # min_calls on, so it exists by the time the trigger can fire.
         self.median_ns = _bucket_upper_ns(bisect.bisect_left(cum, total * 0.5))
-        if total >= self.spec.min_calls:
+        if total >= self.spec.min_calls and time.monotonic() >= self.muted_until:
             if self.spec.slo_ms is not None:
                 self.threshold[0] = self.spec.slo_ms * 1e6
             else:
@@ -186,6 +189,9 @@ class _TriggerState:
                     self.fired.popleft()
                 if len(self.fired) >= spec.max_per_hour:
                     suppressed = True
+                    # mute until the oldest firing is an hour old: slow calls cost nothing meanwhile
+                    self.muted_until = self.fired[0] + 3600.0
+                    self.threshold[0] = math.inf
                 else:
                     suppressed = False
                     self.fired.append(now)
@@ -349,6 +355,14 @@ def wrap_with_trigger(
     mask = _REFRESH_MASK
     while mask > 7 and mask + 1 > trig.min_calls // 2:
         mask >>= 1
+
+    def refresh() -> None:
+        # every 64 calls (or fewer, for a small min_calls) until the threshold is known, then
+        # every 1024: re-reading the histogram is ~10 us, kept off nearly every call
+        nonlocal mask
+        state.refresh()
+        if state.total >= trig.min_calls:
+            mask = _REFRESH_MASK_SETTLED
     now = time.perf_counter_ns
     chosen = spec.ranks
 
@@ -398,7 +412,7 @@ def wrap_with_trigger(
         b = (dt | 16).bit_length()
         counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
         if not timed() & mask:
-            state.refresh()
+            refresh()
 
     if inspect.iscoroutinefunction(target):
 
@@ -456,9 +470,24 @@ def wrap_with_trigger(
         wrapper = async_wrapper(func)
     else:
 
-        @wrapt.decorator
-        def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if decide():
+        import functools
+
+        from .arming import attend, attention
+
+        # A plain closure, not wrapt: a wrapt wrapper that always runs Python costs ~0.5 us a
+        # call by itself, a closure ~0.08 us (bench/bench_trigger_overhead.py).
+        trivial = policy.trivial
+        next_call, yes = policy._calls.__next__, policy._yes
+        wrapped = target
+
+        @functools.wraps(target)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if trivial:  # no sampling options (the usual case): the decider's work, inlined
+                next_call()
+                if attention[0] and enabled() and attend(name):
+                    yes()
+                    return profiled(wrapped, args, kwargs, None)
+            elif decide():
                 return profiled(wrapped, args, kwargs, None)
             if want[0]:
                 claim = state.claim(args, kwargs, enabled)
@@ -474,10 +503,12 @@ def wrap_with_trigger(
             b = (dt | 16).bit_length()
             counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
             if not timed() & mask:
-                state.refresh()
+                refresh()
             return result
 
-        wrapper = sync_wrapper(func)
+        wrapper = type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper
+        sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
+        return wrapper
     wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - on the wrapper itself (wrapt), for tests and debugging
     return wrapper
 
