@@ -56,7 +56,7 @@ def test_the_trigger_captures_calls_of_the_slow_class_and_explains_them(_isolate
     # The long inputs get slow right as the threshold is known (a normal call over p90, as
     # 10 % are, would fire first otherwise and use up max_per_hour=1).
     w.slow_long = True
-    for i in range(0, 20):
+    for i in range(20):
         w.call(i)
     assert ns.flush(60)
     stats = ns.stats()

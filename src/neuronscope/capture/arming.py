@@ -44,8 +44,8 @@ _MAX_NAME = 200
 
 _lock = threading.RLock()
 _changed = threading.Condition(_lock)
-_pending: list["ArmRequest"] = []
-_recent: "deque[ArmRequest]" = deque(maxlen=64)  # finished requests the control channel can still report on
+_pending: list[ArmRequest] = []
+_recent: deque[ArmRequest] = deque(maxlen=64)  # finished requests the control channel can still report on
 _ids = itertools.count(1)
 _tls = threading.local()
 _control_pid: int | None = None  # the pid whose control channel was handled (started or found off)
@@ -75,7 +75,7 @@ class ArmRequest:
 
     # -- public -------------------------------------------------------------------------
     @property
-    def runs(self) -> list["Run"]:
+    def runs(self) -> list[Run]:
         """The runs produced so far (their results fill in as they are processed)."""
         with _lock:
             return list(self._runs)
@@ -92,7 +92,7 @@ class ArmRequest:
             runs = list(self._runs)
         return all(r.done for r in runs)
 
-    def wait(self, timeout: float | None = None) -> list["Run"]:
+    def wait(self, timeout: float | None = None) -> list[Run]:
         """Wait until the request is over and its runs are written; return the runs.
 
         Returns early, with what there is, when ``timeout`` seconds pass first, or when the
@@ -159,7 +159,7 @@ class ArmRequest:
             _recent.append(self)
         return self._given
 
-    def _attach(self, run: "Run") -> None:
+    def _attach(self, run: Run) -> None:
         """The armed call started: keep its run, or give the call back if it could not be profiled."""
         with _lock:
             self._inflight -= 1
@@ -274,7 +274,7 @@ def attend(name: str) -> bool:
             control.ensure_started()
         now = time.monotonic()
         with _lock:
-            for req in list(_pending):
+            for req in _pending:
                 if now >= req.deadline:
                     _expire(req)
                 elif req.name is None or req.name == name:
@@ -283,7 +283,7 @@ def attend(name: str) -> bool:
                     return True
             if not _pending:
                 attention[0] = False
-    except Exception:  # noqa: BLE001 - arming must never break the user's call
+    except Exception:
         _stats.record("errors")
         log.warning("neuronscope: arming check failed", exc_info=True)
         attention[0] = False

@@ -91,7 +91,7 @@ def _private_dir(path: Path, *, create: bool) -> Path:
 
 # -- server ----------------------------------------------------------------------------------
 class _Client:
-    __slots__ = ("sock", "buf", "deadline")
+    __slots__ = ("buf", "deadline", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -126,13 +126,8 @@ class _Server:
         self.thread = threading.Thread(target=self._loop, name="neuronscope-control", daemon=True)
         self.thread.start()
 
-    # Each misbehaviour is logged once per process, then only counted.
-    _logged: set[str] = set()
-
     def _once(self, what: str, message: str) -> None:
-        if what not in self._logged:
-            self._logged.add(what)
-            log.warning("neuronscope control channel: %s (logged once)", message)
+        _logged_once(what, message)  # each misbehaviour is logged once per process
 
     def _loop(self) -> None:
         from . import arming
@@ -152,7 +147,7 @@ class _Server:
                         self._accept()
                     else:
                         self._read(key.data)
-                except Exception:  # noqa: BLE001 - the channel must never die on one client
+                except Exception:
                     self._once("internal", "a request failed")
                     log.debug("control request failed", exc_info=True)
                     if key.data is not None:
@@ -165,7 +160,7 @@ class _Server:
                 last_sweep = now
                 try:
                     arming.expire_old()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.debug("expiring arm requests failed", exc_info=True)
 
     def _accept(self) -> None:
@@ -312,7 +307,7 @@ def handle(line: bytes) -> dict[str, Any]:
         if found is None:
             return {"ok": False, "error": f"no arm request {rid} in this process"}
         return {"ok": True, **found.describe()}
-    except Exception as exc:  # noqa: BLE001 - ConfigurationError and anything else: one line back
+    except Exception as exc:
         from ..errors import ConfigurationError
 
         if not isinstance(exc, ConfigurationError):
@@ -510,7 +505,7 @@ def request(pid: int, payload: dict[str, Any], timeout: float = 5.0, path: Path 
                 if not chunk:
                     break
                 data += chunk
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise ControlError(f"process {pid} did not answer within {timeout:g} s") from exc
         except OSError as exc:
             raise ControlError(f"talking to process {pid} failed: {exc.strerror or exc}") from exc

@@ -46,7 +46,7 @@ class Trigger:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Trigger":
+    def from_dict(cls, data: dict[str, Any]) -> Trigger:
         kind = data.get("kind")
         if kind not in ("slow", "arm"):
             raise ValueError(f"unknown trigger kind {kind!r}")

@@ -112,9 +112,9 @@ def _bucket_upper_ns(index: int) -> int:
 
 
 class _Pending:
-    __slots__ = ("trigger", "key", "remaining", "deadline", "baseline")
+    __slots__ = ("baseline", "deadline", "key", "remaining", "trigger")
 
-    def __init__(self, trigger: Trigger, key: Any, remaining: int, baseline: "Run | None") -> None:
+    def __init__(self, trigger: Trigger, key: Any, remaining: int, baseline: Run | None) -> None:
         self.trigger = trigger
         self.key = key
         self.remaining = remaining
@@ -219,7 +219,7 @@ class _TriggerState:
                 self.want[0] = True
             _stats.record("triggers_fired")
             log.info("neuronscope: trigger fired: %s; profiling the next %d call(s) like it", trigger.reason, spec.capture)
-        except Exception:  # noqa: BLE001 - a broken key() or anything else must not reach the user
+        except Exception:
             _stats.record("errors")
             log.warning("neuronscope: the SlowCalls trigger failed on a slow call", exc_info=True)
 
@@ -251,7 +251,7 @@ class _TriggerState:
                     self._update_want()
                     return "baseline", None
                 self._update_want()
-        except Exception:  # noqa: BLE001
+        except Exception:
             _stats.record("errors")
             log.warning("neuronscope: the SlowCalls trigger failed to decide a call", exc_info=True)
         return None
@@ -279,7 +279,7 @@ class _TriggerState:
                 self.pending = pending
             self._update_want()
 
-    def baseline_done(self, run: "Run", call_ns: int) -> None:
+    def baseline_done(self, run: Run, call_ns: int) -> None:
         """A baseline candidate finished: the fastest of the round is the baseline."""
         from .sampling import _count_value
 
@@ -297,8 +297,8 @@ class _TriggerState:
             self._update_want()
 
     # -- on the output worker ---------------------------------------------------------------------
-    def annotate_triggered(self, at_fire: "Run | None") -> Callable[["Run"], dict[str, Any]]:
-        def annotate(run: "Run") -> dict[str, Any]:
+    def annotate_triggered(self, at_fire: Run | None) -> Callable[[Run], dict[str, Any]]:
+        def annotate(run: Run) -> dict[str, Any]:
             # the baseline the trigger had when it fired; else one taken since, once analysed
             baseline = at_fire if at_fire is not None else self.baseline
             if baseline is None or baseline is run or not baseline._diagnosed.is_set():
@@ -315,7 +315,7 @@ class _TriggerState:
         return annotate
 
     @staticmethod
-    def annotate_baseline(run: "Run") -> dict[str, Any]:
+    def annotate_baseline(run: Run) -> dict[str, Any]:
         call_ns = getattr(run, "_trigger_call_ns", None)
         return {"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)}
 
@@ -339,7 +339,7 @@ def wrap_with_trigger(
     save: bool,
     policy: Any,
     decide: Callable[[], bool],
-    start: Callable[..., "Run"],
+    start: Callable[..., Run],
 ) -> Any:
     """The decorator for ``profile_neuron(trigger=...)``: every call timed, see the module doc.
 
