@@ -306,6 +306,17 @@ def test_a_forked_child_gets_its_own_channel_removed_at_its_exit(ctl_dir, tmp_pa
     assert list(ctl_dir.glob("*.sock")) == []  # and the parent's at its exit
 
 
+def test_arming_a_disabled_process_fails_at_once(ctl_dir):
+    _open_channel()
+    ns.configure(enabled=False)
+    try:
+        with pytest.raises(control.ControlError, match="neuronscope is disabled in this process"):
+            control.request(os.getpid(), {"op": "arm", "calls": 1})
+    finally:
+        ns.configure(enabled=True)
+    assert arming.pending() == []
+
+
 def test_control_false_opens_no_channel(ctl_dir):
     ns.configure(control=False)
     try:

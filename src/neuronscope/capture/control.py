@@ -296,6 +296,11 @@ def handle(line: bytes) -> dict[str, Any]:
         if op == "status":
             return {"ok": True, **status()}
         if op == "arm":
+            from .. import _config
+
+            if not _config.is_enabled():  # the kill switch wins: say so rather than let the client wait
+                return {"ok": False, "error": "neuronscope is disabled in this process (configure(enabled=False) or "
+                        "NEURONSCOPE_DISABLED=1): nothing would be profiled"}
             if len(arming.pending()) >= MAX_PENDING_FROM_CLIENTS:
                 return {"ok": False, "error": f"already {MAX_PENDING_FROM_CLIENTS} arm requests pending; wait or disarm"}
             r = arming._arm(req.get("calls", 1), req.get("name"), req.get("timeout_s", 600.0), "neuronscope arm")
