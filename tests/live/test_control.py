@@ -204,6 +204,16 @@ def test_garbage_oversized_partial_hanging_and_floods_never_break_the_service(ct
     for payload in cases:
         reply = json.loads(_raw(path, payload))
         assert reply["ok"] is False and reply["error"], payload[:40]
+    import random
+
+    rng = random.Random(18)
+    for _ in range(40):  # random bytes, random lengths, with and without a newline
+        payload = rng.randbytes(rng.choice([1, 7, 100, 4000, 4097, 9000]))
+        if rng.random() < 0.5:
+            payload += b"\n"
+        reply = json.loads(_raw(path, payload) or b'{"ok": false, "error": "closed"}')
+        assert reply["ok"] is False
+        time.sleep(0.05)  # under the rate limit: each is answered on its merits
     assert arming.pending() == []
     # a name is only ever compared with profile names: it can hold anything printable
     reply = json.loads(_raw(path, b'{"op": "arm", "calls": 1, "name": "../../etc/passwd", "timeout_s": 5}\n'))
