@@ -338,3 +338,24 @@ def test_control_false_opens_no_channel(ctl_dir):
     finally:
         ns.configure(control=True)
     _open_channel()  # on again: opened by the next call
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["arm"], "give the PID of the process to arm (or --list)"),
+        (["arm", "--list", "123"], "--list takes no PID"),
+        (["arm", "123", "--calls", "0"], "--calls"),
+        (["arm", "123", "--timeout", "0"], "--timeout"),
+        (["arm", "abc"], "PID"),
+    ],
+)
+def test_arm_usage_errors_exit_2_with_one_line(args, message):
+    from click.testing import CliRunner
+
+    from neuronscope.cli import cli
+
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert message in line and line.startswith("neuronscope arm: error:")

@@ -17,7 +17,7 @@ POLL_S = 0.2
 
 
 @cli.command("arm")
-@click.argument("pid", type=click.IntRange(min=1), required=False, metavar="PID")
+@click.argument("pid", type=click.IntRange(min=1), required=False, metavar="[PID]")
 @click.option("--calls", "-n", type=click.IntRange(1, 10_000), default=1, show_default=True, help="Calls to profile.")
 @click.option("--name", default=None, metavar="NAME", help="Only calls of the profile with this name (default: any).")
 @click.option(
