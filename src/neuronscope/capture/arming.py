@@ -45,7 +45,7 @@ _MAX_NAME = 200
 _lock = threading.RLock()
 _changed = threading.Condition(_lock)
 _pending: list[ArmRequest] = []
-_recent: deque[ArmRequest] = deque(maxlen=64)  # finished requests the control channel can still report on
+_recent: deque[ArmRequest] = deque(maxlen=256)  # the latest requests, for the control channel's polls
 _ids = itertools.count(1)
 _tls = threading.local()
 _control_pid: int | None = None  # the pid whose control channel was handled (started or found off)
@@ -156,7 +156,6 @@ class ArmRequest:
             self.state = "filled"
             if self in _pending:
                 _pending.remove(self)
-            _recent.append(self)
         return self._given
 
     def _attach(self, run: Run) -> None:
