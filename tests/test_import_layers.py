@@ -17,7 +17,7 @@ LAYERS = {
     "errors": 0, "_config": 0, "_stats": 0, "_version": 0, "_ranks": 0,
     "trace": 1,
     "analysis": 2,
-    "_run": 3,
+    "_run": 3, "_trigger": 3,
     "sinks": 4,
     "report": 5,
     "capture": 6, "_worker": 6, "testing": 6,

@@ -1,6 +1,11 @@
 import neuronscope
 
 EXPECTED = {
+    "ArmRequest",
+    "SlowCalls",
+    "Trigger",
+    "arm",
+    "disarm",
     "ConfigurationError",
     "DeviceUnavailableError",
     "Diagnosis",

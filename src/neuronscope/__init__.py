@@ -24,15 +24,23 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from .analysis.diagnosis import Diagnosis, Finding
     from .analysis.summary import OpStats, RegionStats, Summary, summarize
     from .api import compare_ranks, configure, diagnose, export_run, flush, last_run, load_run, load_trace
+    from .capture.arming import ArmRequest, arm, disarm
     from .capture.devices.neuron import NeuronOptions
     from .capture.profile import ProfileNeuron, profile_neuron
     from .capture.region import Region, region
     from .capture.steps import step
+    from ._trigger import Trigger
+    from .capture.triggers import SlowCalls
     from .errors import ConfigurationError, DeviceUnavailableError, NeuronscopeError, TraceLoadError
     from .trace.model import Event, EventKind, Trace
 
 # public name -> module that defines it
 _LAZY = {
+    "ArmRequest": ".capture.arming",
+    "SlowCalls": ".capture.triggers",
+    "Trigger": "._trigger",
+    "arm": ".capture.arming",
+    "disarm": ".capture.arming",
     "ConfigurationError": ".errors",
     "DeviceUnavailableError": ".errors",
     "Diagnosis": ".analysis.diagnosis",

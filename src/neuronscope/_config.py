@@ -34,6 +34,13 @@ class Settings:
     max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
     #: keep Kineto's "USDT: ... profiler_start/stop" stderr lines (None: $NEURONSCOPE_KEEP_USDT)
     keep_usdt_lines: bool | None = None
+    #: the per-process control channel that `neuronscope arm PID` talks to (None: on unless NEURONSCOPE_CONTROL=0)
+    control: bool | None = None
+
+    def control_enabled(self) -> bool:
+        if self.control is not None:
+            return self.control
+        return os.environ.get("NEURONSCOPE_CONTROL", "").strip().lower() not in ("0", "false", "no", "off")
 
     def resolved_output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         if override is not None:

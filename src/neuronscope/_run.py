@@ -58,6 +58,10 @@ class Run:
         self._done = threading.Event()  # stage 3: run directory written, sinks done
         self._schedule_handle = schedule_handle
         self._otel_parent: Any = None  # OpenTelemetry context current when the profile started
+        #: why this call was profiled on demand (``ns.arm()``, ``neuronscope arm``, a SlowCalls trigger); else None
+        self.trigger: Any = None
+        self._baseline: Path | None = None  # set when written (see .baseline)
+        self._explanation: Any = None
 
     # -- completion ----------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
@@ -156,6 +160,24 @@ class Run:
             return self.windows[-1].path
         self.wait()
         return self._path
+
+    # -- on-demand captures (triggers) ----------------------------------------------------------
+    @property
+    def baseline(self) -> Path | None:
+        """For a triggered run: the run directory of the normal call it is compared with
+        (waits until this run is written; None when there was no baseline yet)."""
+        if self.trigger is not None:
+            self.wait()
+        return self._baseline
+
+    @property
+    def explanation(self) -> Any:
+        """For a triggered run with a baseline: where the extra wall time went, the
+        :class:`~neuronscope.analysis.diff.Explanation` that ``neuronscope diff BASELINE RUN``
+        prints (ops and idle classes, largest change first). None otherwise."""
+        if self.trigger is not None:
+            self.wait()
+        return self._explanation
 
     # -- schedules -----------------------------------------------------------------------
     def step(self) -> None:

@@ -20,6 +20,12 @@ _KEYS = (
     "unsampled",
     "joined",
     "telemetry_dropped",
+    "armed",
+    "triggered",
+    "arm_expired",
+    "triggers_fired",
+    "triggers_suppressed",
+    "trigger_baselines",
 )
 # Counters kept elsewhere for speed (the sampling hot path), summed in at read time.
 _sources: list[Callable[[], dict[str, int]]] = []
@@ -55,7 +61,13 @@ def stats() -> dict[str, int]:
     ``unsampled`` calls the sampler passed over; ``dropped`` always 0 (a decided sample is
     always processed; kept so dashboards keep working);
     ``errors`` failures inside neuronscope (logged, never raised into user code);
-    ``telemetry_dropped`` spans/metrics the exporter could not deliver.
+    ``telemetry_dropped`` spans/metrics the exporter could not deliver;
+    ``armed`` calls profiled because of ``ns.arm()`` / ``neuronscope arm`` (``arm_expired``:
+    arm requests dropped unfilled); ``triggered`` calls profiled because a
+    :class:`~neuronscope.SlowCalls` trigger fired (``trigger_baselines``: normal calls it
+    profiled to compare with). These three are also counted in ``profiled``.
+    ``triggers_fired`` slow calls that armed a capture, ``triggers_suppressed`` slow calls that
+    did not because of ``max_per_hour``.
     """
     external = _from_sources()
     with _lock:

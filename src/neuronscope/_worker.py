@@ -41,6 +41,11 @@ MODEL_BYTES_PER_EVENT = 120
 DEFAULT_MAX_PENDING_BYTES = 256 * 1024**2
 
 
+#: tasks queued or running on either worker: a SlowCalls trigger does not time calls while
+#: this is non-zero (our own processing competes for the GIL and would look like a slowdown)
+busy: list[int] = [0]
+
+
 class Worker:
     """One daemon thread running submitted tasks in order."""
 
@@ -58,6 +63,7 @@ class Worker:
                 self._thread = threading.Thread(target=self._loop, name=f"neuronscope-{self.name}", daemon=True)
                 self._thread.start()
             self._pending += 1
+            busy[0] += 1
         self._queue.put(task)
 
     @property
@@ -98,6 +104,7 @@ class Worker:
             finally:
                 with self._idle:
                     self._pending -= 1
+                    busy[0] -= 1
                     self._idle.notify_all()
 
 
@@ -234,6 +241,7 @@ def _reset_after_fork() -> None:
     # The worker threads do not exist in a forked child; start clean.
     global _analysis, _output, backlog
     _analysis, _output, backlog = Worker("analysis"), Worker("output"), Backlog()
+    busy[0] = 0
 
 
 if hasattr(os, "register_at_fork"):

@@ -41,6 +41,7 @@ def configure(
     prometheus_port: int | None = _UNSET,
     metrics_top_ops: int = _UNSET,
     keep_usdt_lines: bool | None = _UNSET,
+    control: bool = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -77,6 +78,9 @@ def configure(
     to stderr at every start and stop; neuronscope drops exactly those lines around its own
     starts and stops. ``keep_usdt_lines=True`` (or ``$NEURONSCOPE_KEEP_USDT=1`` when None, the
     default) keeps them (see docs/production.md).
+    Live profiling: ``control=False`` (or ``NEURONSCOPE_CONTROL=0``) keeps this process from
+    opening the local control channel that ``neuronscope arm PID`` uses (see
+    docs/production.md, "Profile a live service"); ``ns.arm()`` works either way.
     """
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
@@ -111,10 +115,18 @@ def configure(
         )
         if value is not _UNSET
     }
+    if control is not _UNSET:
+        if not isinstance(control, bool):
+            raise ConfigurationError(f"configure(control={control!r}): use True or False")
+        changes["control"] = control
     if otel_changes:
         _otel.configure_otel(**otel_changes)
     if changes:
         _config.update(**changes)
+    if "control" in changes:
+        from .capture import control as _control
+
+        _control.settings_changed()
 
 
 def flush(timeout: float | None = 30.0) -> bool:

@@ -36,6 +36,7 @@ def _run(*args: str) -> tuple[bool, int, str]:
         ["report", "{small}", "-o", "{tmp}/r.html"],
         ["artifacts", "{small}", "--json"],
         ["export", "{small}", "--otlp-endpoint", "{otlp}"],
+        ["arm", "--list"],
     ],
     ids=lambda a: " ".join(a[:2]),
 )

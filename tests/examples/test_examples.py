@@ -102,6 +102,27 @@ def test_inference_service_request_spans_contain_the_profile(tmp_path, monkeypat
         assert {"proj", "rmsnorm"} <= children
 
 
+def test_inference_service_tail_trigger_captures_the_long_requests_and_names_the_op(tmp_path):
+    """Long inputs (1 request in 150) take the slow path; the SlowCalls trigger keyed by size
+    profiles the next long requests and explains them against a normal one."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "inference_service.py"), "--self-test", "800", "--sample", "0",
+         "--long-every", "150", "--min-calls", "100"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={**__import__("os").environ, "NEURONSCOPE_OUTPUT_DIR": str(tmp_path / "runs")},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    # The first long request after min_calls fires; the next 3 long ones are profiled. (On a
+    # busy machine a short request may be slower than p99 too and fire later: also captured.)
+    reports = out.split("triggered: ")[1:]
+    assert len(reports) >= 3, out
+    for report in reports[:3]:
+        reason, *causes = report.splitlines()
+        assert "> p99" in reason and "(key 'long')" in reason
+        assert any("aten::addmm" in c and c.split()[0].startswith("+") for c in causes[:2]), out
+
+
 # Every example, with small arguments: run directly and under `neuronscope run`.
 EXAMPLE_ARGS = {
     "rmsnorm.py": ["--steps", "3", "--batch", "2", "--seq", "8", "--hidden", "256"],

@@ -47,6 +47,8 @@ class ProcessOptions:
     serial: int = 0  #: the capture's serial (its markers in the trace)
     only_own_thread: bool = False
     extra_manifest: dict[str, Any] = field(default_factory=dict)  #: rank, job, ... (added by the caller)
+    #: called on the output worker before the manifest is written: more manifest fields (a trigger's baseline, explanation)
+    annotate: Callable[[Run], dict[str, Any]] | None = None
 
 
 def add_sink(sink: Callable[[Run], None]) -> None:
@@ -185,6 +187,7 @@ def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callabl
             warnings=run.warnings,
             **options.extra_manifest,
             **device_facts,
+            **_annotations(run, options),
         )
         if run._diagnosis is not None:
             run.manifest["bound_by"] = run._diagnosis.bound_by
@@ -208,6 +211,21 @@ def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callabl
         _fail(run, exc, [], where)
     finally:
         release_segments(segments)
+
+
+def _annotations(run: Run, options: ProcessOptions) -> dict[str, Any]:
+    """``trigger`` (and what the trigger's hook adds) for a run captured on demand."""
+    out: dict[str, Any] = {}
+    if run.trigger is not None:
+        out["trigger"] = run.trigger.to_dict()
+    if options.annotate is not None:
+        try:
+            out.update(options.annotate(run))
+        except Exception as exc:  # noqa: BLE001 - the run is kept without its explanation
+            _stats.record("errors")
+            log.warning("neuronscope: explaining the triggered run %r failed: %s", run.name, exc, exc_info=True)
+            run.warnings.append(f"trigger explanation failed: {exc!r}")
+    return out
 
 
 def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> None:

@@ -32,12 +32,16 @@ from .._run import Run, RunStatus
 from ..errors import ConfigurationError
 from ..sinks.otel import capture_parent_context
 from .. import _ranks
+from . import arming as _arming
+from . import control as _control
 from . import session, usdt
 from . import wiring as _wiring  # noqa: F401 - the OpenTelemetry sink and the flush at exit, once
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
 from .processing import ProcessOptions, release_segments, set_last_run, submit
 from .sampling import SamplingPolicy, _count_value
+
+_arming.first_call_hooks.append(_control.ensure_started)  # the channel opens at the first decorated call
 
 __all__ = ["ProfileNeuron", "profile_neuron"]
 
@@ -73,6 +77,7 @@ class ProfileNeuron:
         sampler: Callable[[], bool] | None = None,
         all_threads: bool = False,
         ranks: Any = "all",
+        trigger: Any = None,
         _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -119,10 +124,20 @@ class ProfileNeuron:
         self.all_threads = all_threads
         #: ranks that profile (None: all); a single-process run counts as rank 0
         self.ranks = _ranks.parse_ranks(ranks)
+        if trigger is not None:
+            from .triggers import SlowCalls
+
+            if not isinstance(trigger, SlowCalls):
+                raise ConfigurationError("profile_neuron(trigger=...): pass neuronscope.SlowCalls(...)")
+        self.trigger = trigger
         self._local = threading.local()  # per-thread stack of active captures of this object
 
     # -- context manager -----------------------------------------------------------------
     def __enter__(self) -> Run:
+        if self.trigger is not None:
+            raise ConfigurationError(
+                "profile_neuron(trigger=...) times every call of a decorated function; use it as a decorator, not in `with`"
+            )
         name = self.name or "profile"
         capture = _Capture(self, name, save_trace=True if self.save_trace is None else self.save_trace)
         capture.call_index = _next_call_index(name)  # counted sampled or not: the same on every rank
@@ -161,25 +176,44 @@ class ProfileNeuron:
         if _config.disabled_by_environment():
             return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
         policy = SamplingPolicy(**self._sampling)  # each decorated function samples on its own
+        _arming.register(name, policy)
+        attend = lambda: _arming.attend(name)  # noqa: E731 - asked only while something is armed
         # wrapt evaluates `enabled` per call and skips the wrapper entirely when it says no.
+        # With a trigger, calls without sampling options are not all profiled: the trigger chooses.
+        profile_all = self.trigger is None
         if self.ranks is None:
-            decide = policy.decider(enabled=lambda: _config._settings.enabled)
+            decide = policy.decider(enabled=lambda: _config._settings.enabled, attend=attend, profile_all=profile_all)
         else:
             chosen = self.ranks
-            decide = policy.decider(enabled=lambda: _config._settings.enabled and _ranks.selected(chosen))
+            decide = policy.decider(
+                enabled=lambda: _config._settings.enabled and _ranks.selected(chosen), attend=attend, profile_all=profile_all
+            )
 
-        def start(capture: _Capture) -> None:
+        def start(capture: _Capture, stash: Any = None) -> Run:
             capture.first_call = policy.is_first_profiled_call
             # The policy counts every call: the n-th call of this function is call n on every rank.
             capture.call_index = _count_value(policy._calls) - 1
-            capture.begin()
+            if stash is None:
+                stash = _arming.take_stash()
+            if stash:  # armed by ns.arm() / `neuronscope arm` (False: checked at call time, not armed)
+                capture.trigger = _arming.trigger_for(*stash)
+            run = capture.begin()
+            if stash:
+                stash[0]._attach(run)
+            return run
+
+        if self.trigger is not None:
+            from .triggers import wrap_with_trigger
+
+            return wrap_with_trigger(
+                self, func, target, name, save, policy, decide, start, lambda: _Capture(this, name, save_trace=save)
+            )
 
         if inspect.iscoroutinefunction(target):
 
-            @wrapt.decorator(enabled=decide)
-            async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            async def profiled(wrapped: Any, args: Any, kwargs: Any, stash: Any) -> Any:
                 capture = _Capture(this, name, save_trace=save)
-                start(capture)
+                start(capture, stash)
                 try:
                     result = await wrapped(*args, **kwargs)
                 except BaseException as exc:
@@ -187,6 +221,12 @@ class ProfileNeuron:
                     raise
                 capture.end(None)
                 return result
+
+            @wrapt.decorator(enabled=decide)
+            def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                # The arming decision is taken now, not when the coroutine first runs: other
+                # calls may be decided in between (asyncio.gather).
+                return profiled(wrapped, args, kwargs, _arming.take_stash() or False)
 
             return async_wrapper(func)
 
@@ -237,6 +277,8 @@ class _Capture:
         self.first_call = False  # set by the decorator for its first profiled call
         self.call_index = 0  # the n-th call of this profile name in this process (for multi-rank traces)
         self.rank_info: _ranks.RankInfo | None = None  # set at start in a distributed job
+        self.trigger: Any = None  # why it is profiled on demand (arming, a SlowCalls trigger)
+        self.annotate: Any = None  # the trigger's hook adding baseline and explanation to the manifest
 
     # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
@@ -320,6 +362,7 @@ class _Capture:
         self._backend = backend
         self.rank_info = _ranks.current()
         self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
+        self.run.trigger = self.trigger
         self.run._otel_parent = capture_parent_context()
         self.run.start_ns = time.time_ns()
         if backend.name == "neuron":
@@ -449,6 +492,7 @@ class _Capture:
             serial=self.serial,
             only_own_thread=not self.all_threads,
             extra_manifest=self._rank_manifest(),
+            annotate=self.annotate,
         )
 
     def _rank_manifest(self) -> dict[str, Any]:

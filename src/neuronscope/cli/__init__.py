@@ -1,4 +1,4 @@
-"""The ``neuronscope`` command line: ``show``, ``diff``, ``report``, ``run``, ``export``, ``artifacts``, ``ranks``.
+"""The ``neuronscope`` command line: ``arm``, ``show``, ``diff``, ``report``, ``run``, ``export``, ``artifacts``, ``ranks``.
 
 Adding a command is one function: decorate it with ``@cli.command()`` (``from
 neuronscope.cli._group import cli``) in a module imported below. Errors follow the policy
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import artifacts, diff, export, ranks, report, run, show  # noqa: F401 - importing registers the commands
+from . import arm, artifacts, diff, export, ranks, report, run, show  # noqa: F401 - importing registers the commands
 from ._group import cli
 
 __all__ = ["cli", "main"]

@@ -151,4 +151,5 @@ def cli() -> None:
       neuronscope show neuronscope-runs/infer-…  the op table of a run or trace.json(.gz)
       neuronscope diff before/ after/ --fail-if-slower 5
       neuronscope report before/ after/ -o report.html
+      neuronscope arm 4242 --calls 3 --wait      profile the next 3 calls of a running process
     """

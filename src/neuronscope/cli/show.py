@@ -40,7 +40,12 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
                      "ops": [Op, ...]}, ...],   # always present, by path
         "warnings": [str, ...],
         "notes": [str, ...],             # e.g. how to open raw Neuron files
-        "diagnosis": Diagnosis | null    # why it is slow (see docs/diagnosis.md)
+        "diagnosis": Diagnosis | null,   # why it is slow (see docs/diagnosis.md)
+        # only for a run captured on demand (ns.arm, neuronscope arm, a SlowCalls trigger):
+        "trigger": {"kind": "slow"|"arm", "reason": str, "call_ms": float|null,
+                    "threshold_ms": float|null, "key": any},
+        "baseline": str|null,            # run directory of the normal call compared with
+        "explanation": null | Explanation   # as in `diff --json`, baseline = A
       }
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
@@ -56,7 +61,13 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
         return
     from ..report.terminal import diagnosis_renderable, header_renderable, make_console, regions_renderable, summary_renderable
 
+    from ..report.trigger_text import trigger_renderable
+
     console = make_console()
+    triggered = trigger_renderable(src.manifest, labels=summary.labels)
+    if triggered is not None:  # captured on demand: why, and what differs from a normal call, first
+        console.print(triggered, soft_wrap=True)
+        console.print()
     console.print(header_renderable(src))
     console.print()
     if src.diagnosis is not None:
@@ -83,7 +94,7 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
                 "ops": [op_json(r) for r in summary_ops(region, sort, top)],
             }
         )
-    return {
+    data = {
         "schema_version": JSON_SCHEMA_VERSION,
         "source": source_json(src),
         "device": s.device,
@@ -99,3 +110,8 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "notes": list(s.notes),
         "diagnosis": src.diagnosis.to_dict() if src.diagnosis is not None else None,
     }
+    if isinstance(src.manifest.get("trigger"), dict):  # captured on demand (arming, a slow call)
+        data["trigger"] = src.manifest["trigger"]
+        data["baseline"] = src.manifest.get("baseline")
+        data["explanation"] = src.manifest.get("explanation")
+    return data

@@ -231,6 +231,7 @@ def load_run(path: str | os.PathLike[str]):
     run.error_message = manifest.get("error_message")
     run.warnings = list(manifest.get("warnings", []))
     run._path = p
+    _load_trigger(run, manifest)
     summary_file = p / "summary.json"
     if summary_file.is_file():
         try:
@@ -253,3 +254,19 @@ def load_run(path: str | os.PathLike[str]):
         run._summary = summarize(run._trace)
     run._finish(manifest.get("status", RunStatus.COMPLETE))
     return run
+
+
+def _load_trigger(run: Any, manifest: dict[str, Any]) -> None:
+    """``trigger`` / ``baseline`` / ``explanation`` of a run captured on demand (issue 18)."""
+    if not isinstance(manifest.get("trigger"), dict):
+        return
+    from .._trigger import Trigger, explanation_from_dict
+
+    try:
+        run.trigger = Trigger.from_dict(manifest["trigger"])
+        if isinstance(manifest.get("baseline"), str):
+            run._baseline = Path(manifest["baseline"])
+        if isinstance(manifest.get("explanation"), dict):
+            run._explanation = explanation_from_dict(manifest["explanation"])
+    except (ValueError, TypeError, KeyError) as exc:  # a damaged entry must not make the run unreadable
+        run.warnings.append(f"unreadable trigger in the manifest: {exc!r}")

@@ -61,6 +61,8 @@ PROFILE_CALLS = "neuronscope.profile.calls"
 DEVICE_BUSY = "neuronscope.device.busy"
 DIAGNOSIS_RUNS = "neuronscope.diagnosis.runs"
 STEP_DURATION = "neuronscope.step.duration"
+#: calls profiled on demand, by ``neuronscope.trigger.kind``: arm, slow, baseline (bounded labels)
+TRIGGERED_CALLS = "neuronscope.profile.triggered"
 
 #: OpenTelemetry name -> the series Prometheus holds (opentelemetry-exporter-prometheus and
 #: Prometheus' OTLP receiver agree on these: unit suffix, ``_total`` on counters, ``1`` -> none).
@@ -138,6 +140,12 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             unit="{call}",
             description="Calls of profiled code by outcome (profiled, unsampled, skipped, joined, dropped, ...)",
         )
+        meter.create_observable_counter(
+            TRIGGERED_CALLS,
+            callbacks=[_observe_triggers],
+            unit="{call}",
+            description="Calls profiled on demand, by trigger kind: arm (ns.arm / neuronscope arm), slow (a SlowCalls trigger), baseline",
+        )
         takes_context = "context" in inspect.signature(op_time.record).parameters
         found = _Instruments(op_time, duration, utilization, diagnosis_runs, step_time, takes_context)
         _instruments[key] = (_ref(meter_provider), found)
@@ -152,11 +160,19 @@ def forget_provider(meter_provider: Any) -> None:
 
 #: counts in ns.stats() that are not what happened to a call (a profiled call that waited for the
 #: backlog is counted as profiled already)
-_NOT_OUTCOMES = frozenset({"backpressure_waits"})
+_NOT_OUTCOMES = frozenset(
+    {"backpressure_waits", "armed", "triggered", "trigger_baselines", "arm_expired", "triggers_fired", "triggers_suppressed"}
+)
+_TRIGGER_KINDS = (("arm", "armed"), ("slow", "triggered"), ("baseline", "trigger_baselines"))
 
 
 def _observe_calls(_options: Any) -> list[Observation]:
     return [Observation(v, {"neuronscope.outcome": k}) for k, v in _stats.stats().items() if k not in _NOT_OUTCOMES]
+
+
+def _observe_triggers(_options: Any) -> list[Observation]:
+    counts = _stats.stats()
+    return [Observation(counts.get(key, 0), {"neuronscope.trigger.kind": kind}) for kind, key in _TRIGGER_KINDS]
 
 
 class _Cardinality:

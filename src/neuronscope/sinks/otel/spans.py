@@ -92,7 +92,44 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
     attrs.update(rank_attributes(run.manifest))  # a rank of a torchrun job: rank, world size, job id
     if run.warnings:
         attrs["neuronscope.warnings"] = [_cap(w) for w in run.warnings[:16]]
+    attrs.update(trigger_attributes(run))
     return attrs
+
+
+def trigger_attributes(run: "Run") -> dict[str, Any]:
+    """``neuronscope.trigger.*``: why a run was captured on demand (arming, a slow call), and
+    what its baseline comparison found."""
+    trig = getattr(run, "trigger", None)
+    if trig is None:
+        return {}
+    attrs: dict[str, Any] = {"neuronscope.trigger.kind": trig.kind, "neuronscope.trigger.reason": _cap(trig.reason)}
+    if trig.call_ms is not None:
+        attrs["neuronscope.trigger.call_ms"] = float(trig.call_ms)
+    if trig.threshold_ms is not None:
+        attrs["neuronscope.trigger.threshold_ms"] = float(trig.threshold_ms)
+    if trig.key is not None:
+        key = trig.key
+        attrs["neuronscope.trigger.key"] = key if isinstance(key, (bool, int, float)) else _cap(str(key))
+    baseline = run.manifest.get("baseline")
+    if baseline:
+        attrs["neuronscope.trigger.baseline"] = _cap(str(baseline))
+    explanation = run._explanation
+    if explanation is not None:
+        attrs["neuronscope.trigger.delta_us"] = round(float(explanation.delta_us), 3)
+        if explanation.contributions:
+            top = explanation.contributions[0]
+            attrs["neuronscope.trigger.top_cause"] = _cap(top.name if top.kind == "op" else f"idle: {top.name}")
+            attrs["neuronscope.trigger.top_cause.delta_us"] = round(float(top.delta_us), 3)
+    return attrs
+
+
+def trigger_links(run: "Run") -> list[Any] | None:
+    """A link from the triggered run's root span to the slow call's span, when it had one."""
+    trig = getattr(run, "trigger", None)
+    ctx = getattr(trig, "span_context", None)
+    if ctx is None or not getattr(ctx, "is_valid", False):
+        return None
+    return [trace.Link(ctx, {"neuronscope.link": "slow call"})]
 
 
 #: Neuron Explorer metrics (manifest["neuron"]["explorer"]["metrics"]) put on the root span
@@ -162,6 +199,7 @@ def emit_run(
         kind=SpanKind.INTERNAL,
         start_time=run.start_ns,
         attributes=root_attributes(run, mode),
+        links=trigger_links(run),
     )
     created = 1
     if run.error:

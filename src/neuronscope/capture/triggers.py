@@ -1,0 +1,518 @@
+"""``trigger=ns.SlowCalls(...)``: profile the calls like the slow one, and say why they are slower.
+
+A device profile cannot be taken after the fact, so when a call turns out slower than the
+tail quantile (or an SLO), the trigger *arms* the next ``capture`` calls — only those with
+the same ``key(*args, **kwargs)`` when a key is given (an input-size bucket, a route...) —
+and compares each with a **baseline**: a normal call (at or under the median) it profiles
+now and then. The comparison is the wall-time explanation ``neuronscope diff`` prints.
+
+Cost on the calling thread (bench/bench_trigger_overhead.py): every call is timed with two
+``perf_counter_ns`` and counted into a fixed log-scale histogram (8 buckets per octave, ~9 %
+wide; counts halved every few thousand calls so it follows drift); the quantile is re-read
+from the histogram every 1024 calls (64 until ``min_calls`` were seen), off the per-call path. The per-call check is one
+comparison with the cached threshold and one flag. Once ``max_per_hour`` is used up the
+threshold is lifted until a firing is an hour old, so slow calls then cost nothing either.
+
+Calls that end while neuronscope's background workers are processing a profile are not
+timed: that work competes for the GIL, and the trigger must not fire on its own footprint.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+
+from .. import _config, _stats
+from ..errors import ConfigurationError
+from .. import _ranks
+from .._trigger import Trigger, key_for_manifest
+
+if TYPE_CHECKING:
+    from .._run import Run
+
+__all__ = ["SlowCalls", "wrap_with_trigger"]
+
+log = logging.getLogger("neuronscope")
+
+_BUCKETS = 64 * 8 + 8
+_REFRESH_MASK = 63  # re-read the quantile every 64 timed calls (more often for a small min_calls)
+_REFRESH_MASK_SETTLED = 1023  # ... and every 1024 once min_calls were timed
+#: normal calls profiled per baseline round; the fastest becomes the baseline (a profiled call
+#: also carries the profiler's own overhead, and another thread may have slowed any one of them)
+BASELINE_CANDIDATES = 3
+BASELINE_REFRESH_S = 900.0  # a baseline older than this is replaced by a fresher one
+MAX_BASELINE_ATTEMPTS_PER_HOUR = 12
+#: armed captures of a trigger not filled within this time are dropped (the key never came back)
+CAPTURE_WINDOW_S = 600.0
+
+
+class SlowCalls:
+    """Tail-triggered capture for ``@profile_neuron(trigger=ns.SlowCalls(...))``.
+
+    Every call is timed. After ``min_calls`` calls, a call slower than the ``quantile`` of
+    recent calls (or than ``slo_ms`` when given) fires the trigger: the next ``capture``
+    calls are profiled — only calls whose ``key(*args, **kwargs)`` equals the slow call's,
+    when ``key`` is given. At most ``max_per_hour`` firings per rolling hour (the rest are
+    counted in ``ns.stats()["triggers_suppressed"]``). A normal call is profiled now and then
+    as the baseline; each triggered run has ``run.trigger``, ``run.baseline`` and
+    ``run.explanation``.
+    """
+
+    def __init__(
+        self,
+        quantile: float = 0.99,
+        slo_ms: float | None = None,
+        min_calls: int = 200,
+        capture: int = 3,
+        max_per_hour: int = 6,
+        key: Callable[..., Any] | None = None,
+    ) -> None:
+        if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0.5 <= quantile < 1:
+            raise ConfigurationError(f"SlowCalls(quantile={quantile!r}): use a fraction from 0.5 to below 1, e.g. 0.99")
+        if slo_ms is not None and (
+            isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not math.isfinite(slo_ms) or slo_ms <= 0
+        ):
+            raise ConfigurationError(f"SlowCalls(slo_ms={slo_ms!r}): use a positive number of milliseconds or None")
+        for arg, value, low in (("min_calls", min_calls, 10), ("capture", capture, 1), ("max_per_hour", max_per_hour, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"SlowCalls({arg}={value!r}): use an int >= {low}")
+        if key is not None and not callable(key):
+            raise ConfigurationError("SlowCalls(key=...): pass a callable taking the call's arguments, e.g. lambda x: x.shape[0] > 512")
+        self.quantile = float(quantile)
+        self.slo_ms = None if slo_ms is None else float(slo_ms)
+        self.min_calls = min_calls
+        self.capture = capture
+        self.max_per_hour = max_per_hour
+        self.key = key
+
+    def threshold_label(self) -> str:
+        return "SLO" if self.slo_ms is not None else f"p{self.quantile * 100:g}"
+
+    def __repr__(self) -> str:
+        opts = f"quantile={self.quantile}" if self.slo_ms is None else f"slo_ms={self.slo_ms}"
+        key = ", key=..." if self.key is not None else ""
+        return (f"SlowCalls({opts}, min_calls={self.min_calls}, capture={self.capture}, "
+                f"max_per_hour={self.max_per_hour}{key})")
+
+
+def _bucket_upper_ns(index: int) -> int:
+    b, sub = index >> 3, index & 7
+    return (9 + sub) << (b - 4)
+
+
+class _Pending:
+    __slots__ = ("baseline", "deadline", "key", "remaining", "trigger")
+
+    def __init__(self, trigger: Trigger, key: Any, remaining: int, baseline: Run | None) -> None:
+        self.trigger = trigger
+        self.key = key
+        self.remaining = remaining
+        self.deadline = time.monotonic() + CAPTURE_WINDOW_S
+        self.baseline = baseline
+
+
+class _TriggerState:
+    """One decorated function's trigger: the latency sketch, what is armed, the baseline."""
+
+    def __init__(self, spec: SlowCalls, policy_calls: Any) -> None:
+        self.spec = spec
+        self.counts = [0] * _BUCKETS
+        self.timed = itertools.count(1)
+        self.policy_calls = policy_calls  # the policy's call counter: "call N" in reasons
+        #: the threshold (ns) a call must exceed to fire; infinite until min_calls were timed
+        self.threshold = [math.inf]
+        self.median_ns = 0
+        #: True while a call must look at the trigger (captures armed, a baseline wanted)
+        self.want = [False]
+        self.lock = threading.Lock()
+        self.pending: _Pending | None = None
+        self.fired: deque[float] = deque()
+        self.baseline: Run | None = None
+        self.baseline_at = 0.0
+        self.baseline_call_ns = math.inf  # the profiled call time of the current round's best candidate
+        self.baseline_attempts: deque[float] = deque()
+        self.baseline_next_call = 0  # a baseline attempt may be made from this timed call on
+        self.baseline_wanted = False
+        self.candidates_left = 0
+        self.total = 0
+        self.decay_at = max(2000, 10 * spec.min_calls)
+        self.muted_until = 0.0  # max_per_hour reached: no threshold until a firing is an hour old
+
+    # -- the sketch ---------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read median and threshold from the histogram (every 64 timed calls)."""
+        counts = self.counts
+        cum = list(accumulate(counts))
+        total = cum[-1]
+        if total >= self.decay_at:  # forget old calls slowly: follow drift, stay bounded
+            self.counts[:] = [c >> 1 for c in counts]
+        self.total = total
+        if total < self.spec.min_calls // 2:
+            return
+        # The median settles long before the tail: the baseline is taken from half of
+        # min_calls on, so it exists by the time the trigger can fire.
+        self.median_ns = _bucket_upper_ns(bisect.bisect_left(cum, total * 0.5))
+        if total >= self.spec.min_calls and time.monotonic() >= self.muted_until:
+            if self.spec.slo_ms is not None:
+                self.threshold[0] = self.spec.slo_ms * 1e6
+            else:
+                self.threshold[0] = _bucket_upper_ns(min(bisect.bisect_left(cum, total * self.spec.quantile), _BUCKETS - 1))
+        now = time.monotonic()
+        if not self.candidates_left and (self.baseline is None or now - self.baseline_at > BASELINE_REFRESH_S):
+            with self.lock:  # a new round of baseline candidates
+                self.candidates_left = BASELINE_CANDIDATES
+                self.baseline_call_ns = math.inf
+                self.baseline_wanted = True
+                self.want[0] = True
+
+    # -- a slow call fires ----------------------------------------------------------------------
+    def slow(self, dt_ns: int, args: Any, kwargs: Any) -> None:
+        """A timed call took ``dt_ns`` > threshold: arm the next calls like it (rate-limited)."""
+        try:
+            spec = self.spec
+            now = time.monotonic()
+            with self.lock:
+                if self.pending is not None and now < self.pending.deadline:
+                    return  # already capturing calls like the last slow one
+                while self.fired and now - self.fired[0] >= 3600.0:
+                    self.fired.popleft()
+                if len(self.fired) >= spec.max_per_hour:
+                    suppressed = True
+                    # mute until the oldest firing is an hour old: slow calls cost nothing meanwhile
+                    self.muted_until = self.fired[0] + 3600.0
+                    self.threshold[0] = math.inf
+                else:
+                    suppressed = False
+                    self.fired.append(now)
+            if suppressed:
+                _stats.record("triggers_suppressed")
+                return
+            key = None
+            if spec.key is not None:
+                key = spec.key(*args, **kwargs)
+            from .sampling import _count_value
+
+            n = _count_value(self.policy_calls)
+            call_ms, thr_ms = dt_ns / 1e6, self.threshold[0] / 1e6
+            what = f" (key {key_for_manifest(key)!r})" if spec.key is not None else ""
+            trigger = Trigger(
+                kind="slow",
+                reason=f"call {n} took {call_ms:.1f} ms > {spec.threshold_label()} {thr_ms:.1f} ms{what}",
+                call_ms=round(call_ms, 3),
+                threshold_ms=round(thr_ms, 3),
+                key=key,
+                span_context=_current_span_context(),
+            )
+            with self.lock:
+                self.pending = _Pending(trigger, key, spec.capture, self.baseline)
+                self.want[0] = True
+            _stats.record("triggers_fired")
+            log.info("neuronscope: trigger fired: %s; profiling the next %d call(s) like it", trigger.reason, spec.capture)
+        except Exception:
+            _stats.record("errors")
+            log.warning("neuronscope: the SlowCalls trigger failed on a slow call", exc_info=True)
+
+    # -- a call asks whether to profile itself ---------------------------------------------------
+    def claim(self, args: Any, kwargs: Any, enabled: Callable[[], bool]) -> tuple[str, Any] | None:
+        """("slow", pending) when this call is one to capture, ("baseline", None) when it is a
+        baseline candidate, else None."""
+        if not enabled():
+            return None
+        try:
+            now = time.monotonic()
+            key = None
+            pending = self.pending
+            if pending is not None and self.spec.key is not None and now < pending.deadline:
+                key = self.spec.key(*args, **kwargs)  # only while a capture is armed
+            with self.lock:
+                pending = self.pending
+                if pending is not None and now >= pending.deadline:
+                    _stats.record("trigger_captures_expired", pending.remaining)
+                    self.pending = pending = None
+                if pending is not None and (self.spec.key is None or key == pending.key):
+                    pending.remaining -= 1
+                    if pending.remaining <= 0:
+                        self.pending = None
+                    self._update_want()
+                    return "slow", pending
+                if self.baseline_wanted and self.median_ns and self._baseline_attempt_allowed(now):
+                    self.baseline_wanted = False  # one attempt in flight; baseline_done decides
+                    self._update_want()
+                    return "baseline", None
+                self._update_want()
+        except Exception:
+            _stats.record("errors")
+            log.warning("neuronscope: the SlowCalls trigger failed to decide a call", exc_info=True)
+        return None
+
+    def _baseline_attempt_allowed(self, now: float) -> bool:
+        from .sampling import _count_value
+
+        if _count_value(self.timed) < self.baseline_next_call:
+            return False
+        while self.baseline_attempts and now - self.baseline_attempts[0] >= 3600.0:
+            self.baseline_attempts.popleft()
+        if len(self.baseline_attempts) >= MAX_BASELINE_ATTEMPTS_PER_HOUR:
+            return False
+        self.baseline_attempts.append(now)
+        return True
+
+    def _update_want(self) -> None:
+        self.want[0] = self.pending is not None or self.baseline_wanted
+
+    def give_back(self, pending: _Pending) -> None:
+        """A claimed capture could not be profiled (another profile held the profiler)."""
+        with self.lock:
+            pending.remaining += 1
+            if self.pending is None and time.monotonic() < pending.deadline:
+                self.pending = pending
+            self._update_want()
+
+    def baseline_done(self, run: Run, call_ns: int) -> None:
+        """A baseline candidate finished: the fastest of the round is the baseline."""
+        from .sampling import _count_value
+
+        run._trigger_call_ns = call_ns  # type: ignore[attr-defined] - for its manifest
+        with self.lock:
+            if run.profiled:
+                self.candidates_left -= 1
+                if call_ns < self.baseline_call_ns:
+                    self.baseline = run
+                    self.baseline_call_ns = call_ns
+                    self.baseline_at = time.monotonic()
+            self.baseline_wanted = self.candidates_left > 0
+            # spread the candidates over the traffic (a round ends before min_calls is reached)
+            self.baseline_next_call = _count_value(self.timed) + max(5, self.spec.min_calls // 8)
+            self._update_want()
+
+    # -- on the output worker ---------------------------------------------------------------------
+    def annotate_triggered(self, at_fire: Run | None) -> Callable[[Run], dict[str, Any]]:
+        def annotate(run: Run) -> dict[str, Any]:
+            # the baseline the trigger had when it fired; else one taken since, once analysed
+            baseline = at_fire if at_fire is not None else self.baseline
+            if baseline is None or baseline is run or not baseline._diagnosed.is_set():
+                return {}
+            if baseline._summary is None or baseline._diagnosis is None or run._summary is None or run._diagnosis is None:
+                return {}
+            from ..analysis.diff import explain_diff
+
+            explanation = explain_diff(baseline._summary, run._summary, baseline._diagnosis, run._diagnosis)
+            run._explanation = explanation
+            run._baseline = baseline._path
+            return {"baseline": str(baseline._path) if baseline._path is not None else None, "explanation": explanation.to_dict()}
+
+        return annotate
+
+    @staticmethod
+    def annotate_baseline(run: Run) -> dict[str, Any]:
+        call_ns = getattr(run, "_trigger_call_ns", None)
+        return {"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)}
+
+
+def _current_span_context() -> Any:
+    """The OpenTelemetry span current as the slow call ended (its request span), if any."""
+    try:
+        from opentelemetry import trace
+
+        ctx = trace.get_current_span().get_span_context()
+        return ctx if ctx.is_valid else None
+    except Exception:  # noqa: BLE001 - no OpenTelemetry: no link
+        return None
+
+
+def wrap_with_trigger(
+    spec: Any,
+    func: Any,
+    target: Any,
+    name: str,
+    save: bool,
+    policy: Any,
+    decide: Callable[[], bool],
+    start: Callable[..., Run],
+    new_capture: Callable[[], Any],
+) -> Any:
+    """The decorator for ``profile_neuron(trigger=...)``: every call timed, see the module doc.
+
+    ``new_capture()`` makes the capture of one call (the profile's; passed in so this module
+    never imports the profile, which imports it).
+
+    ``decide`` is the sampling policy's decider (sampling options and arming; with no
+    sampling options it chooses only armed calls); ``start`` begins a capture."""
+    from .._worker import busy
+    from .arming import take_stash
+
+    trig: SlowCalls = spec.trigger
+    state = _TriggerState(trig, policy._calls)
+    counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
+    mask = _REFRESH_MASK
+    while mask > 7 and mask + 1 > trig.min_calls // 2:
+        mask >>= 1
+
+    def refresh() -> None:
+        # every 64 calls (or fewer, for a small min_calls) until the threshold is known, then
+        # every 1024: re-reading the histogram is ~10 us, kept off nearly every call
+        nonlocal mask
+        state.refresh()
+        if state.total >= trig.min_calls:
+            mask = _REFRESH_MASK_SETTLED
+    now = time.perf_counter_ns
+    chosen = spec.ranks
+
+    def enabled() -> bool:
+        return _config._settings.enabled and (chosen is None or _ranks.selected(chosen))
+
+    def profiled(wrapped: Any, args: Any, kwargs: Any, claim: tuple[str, Any] | None) -> Any:
+        """A call profiled because sampling/arming chose it, or because the trigger did."""
+        capture = new_capture()
+        kind = None
+        if claim is not None:
+            kind, pending = claim
+            if kind == "slow":
+                capture.trigger = pending.trigger
+                capture.annotate = state.annotate_triggered(pending.baseline)
+            else:
+                capture.annotate = state.annotate_baseline
+            run = start(capture, False)
+            if kind == "slow":
+                if run.profiled:
+                    _stats.record("triggered")
+                else:
+                    state.give_back(pending)
+            elif run.profiled:
+                _stats.record("trigger_baselines")
+        else:
+            run = start(capture)
+        t0 = now()
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            capture.end(exc)
+            if kind == "baseline":
+                state.baseline_done(run, 1 << 62)  # a failing call is no baseline
+            raise
+        dt = now() - t0
+        capture.end(None)
+        if kind == "baseline":
+            state.baseline_done(run, dt)
+        return result
+
+    def observe(dt: int, args: Any, kwargs: Any) -> None:
+        if busy[0]:
+            return  # our own background work ran meanwhile: not the service's latency
+        if dt > threshold[0]:
+            state.slow(dt, args, kwargs)
+        b = (dt | 16).bit_length()
+        counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
+        if not timed() & mask:
+            refresh()
+
+    if inspect.iscoroutinefunction(target):
+
+        async def timed_call(wrapped: Any, args: Any, kwargs: Any) -> Any:
+            t0 = now()
+            result = await wrapped(*args, **kwargs)
+            observe(now() - t0, args, kwargs)
+            return result
+
+        async def profiled_async(wrapped: Any, args: Any, kwargs: Any, claim: Any, stash: Any = False) -> Any:
+            # same as profiled() but awaiting; kept apart so the plain path stays small
+            capture = new_capture()
+            kind = None
+            if claim is not None:
+                kind, pending = claim
+                if kind == "slow":
+                    capture.trigger = pending.trigger
+                    capture.annotate = state.annotate_triggered(pending.baseline)
+                else:
+                    capture.annotate = state.annotate_baseline
+                run = start(capture, False)
+                if kind == "slow":
+                    if run.profiled:
+                        _stats.record("triggered")
+                    else:
+                        state.give_back(pending)
+                elif run.profiled:
+                    _stats.record("trigger_baselines")
+            else:
+                run = start(capture, stash)
+            t0 = now()
+            try:
+                result = await wrapped(*args, **kwargs)
+            except BaseException as exc:
+                capture.end(exc)
+                if kind == "baseline":
+                    state.baseline_done(run, 1 << 62)
+                raise
+            dt = now() - t0
+            capture.end(None)
+            if kind == "baseline":
+                state.baseline_done(run, dt)
+            return result
+
+        @wrapt.decorator
+        def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            if decide():  # the arming decision is taken now, not when the coroutine first runs
+                return profiled_async(wrapped, args, kwargs, None, take_stash() or False)
+            if want[0]:
+                claim = state.claim(args, kwargs, enabled)
+                if claim is not None:
+                    return profiled_async(wrapped, args, kwargs, claim)
+            return timed_call(wrapped, args, kwargs)
+
+        wrapper = async_wrapper(func)
+    else:
+
+        import functools
+
+        from .arming import attend
+        from .sampling import attention
+
+        # A plain closure, not wrapt: a wrapt wrapper that always runs Python costs ~0.5 us a
+        # call by itself, a closure ~0.08 us (bench/bench_trigger_overhead.py).
+        trivial = policy.trivial
+        next_call, yes = policy._calls.__next__, policy._yes
+        wrapped = target
+
+        @functools.wraps(target)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if trivial:  # no sampling options (the usual case): the decider's work, inlined
+                next_call()
+                if attention[0] and enabled() and attend(name):
+                    yes()
+                    return profiled(wrapped, args, kwargs, None)
+            elif decide():
+                return profiled(wrapped, args, kwargs, None)
+            if want[0]:
+                claim = state.claim(args, kwargs, enabled)
+                if claim is not None:
+                    return profiled(wrapped, args, kwargs, claim)
+            t0 = now()
+            result = wrapped(*args, **kwargs)
+            dt = now() - t0
+            if busy[0]:
+                return result  # our own background work ran meanwhile: not the service's latency
+            if dt > threshold[0]:
+                state.slow(dt, args, kwargs)
+            b = (dt | 16).bit_length()
+            counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
+            if not timed() & mask:
+                refresh()
+            return result
+
+        wrapper = type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper
+        sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
+        return wrapper
+    wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - on the wrapper itself (wrapt), for tests and debugging
+    return wrapper
+
