@@ -372,39 +372,43 @@ def wrap_with_trigger(
     def enabled() -> bool:
         return _config._settings.enabled and (chosen is None or _ranks.selected(chosen))
 
+    def begin(claim: tuple[str, Any] | None, stash: Any = None) -> tuple[Any, str | None, Run]:
+        """Start the capture of a call chosen by sampling/arming (``claim`` None) or by the
+        trigger (``("slow" | "baseline", pending)``): (capture, kind, run)."""
+        capture = new_capture()
+        if claim is None:
+            return capture, None, (start(capture) if stash is None else start(capture, stash))
+        kind, pending = claim
+        if kind == "slow":
+            capture.trigger = pending.trigger
+            capture.annotate = state.annotate_triggered(pending.baseline)
+        else:
+            capture.annotate = state.annotate_baseline
+        run = start(capture, False)
+        if kind == "slow":
+            if run.profiled:
+                _stats.record("triggered")
+            else:
+                state.give_back(pending)
+        elif run.profiled:
+            _stats.record("trigger_baselines")
+        return capture, kind, run
+
+    def finish(capture: Any, kind: str | None, run: Run, exc: BaseException | None, dt: int) -> None:
+        capture.end(exc)
+        if kind == "baseline":
+            state.baseline_done(run, 1 << 62 if exc is not None else dt)  # a failing call is no baseline
+
     def profiled(wrapped: Any, args: Any, kwargs: Any, claim: tuple[str, Any] | None) -> Any:
         """A call profiled because sampling/arming chose it, or because the trigger did."""
-        capture = new_capture()
-        kind = None
-        if claim is not None:
-            kind, pending = claim
-            if kind == "slow":
-                capture.trigger = pending.trigger
-                capture.annotate = state.annotate_triggered(pending.baseline)
-            else:
-                capture.annotate = state.annotate_baseline
-            run = start(capture, False)
-            if kind == "slow":
-                if run.profiled:
-                    _stats.record("triggered")
-                else:
-                    state.give_back(pending)
-            elif run.profiled:
-                _stats.record("trigger_baselines")
-        else:
-            run = start(capture)
+        capture, kind, run = begin(claim)
         t0 = now()
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
-            capture.end(exc)
-            if kind == "baseline":
-                state.baseline_done(run, 1 << 62)  # a failing call is no baseline
+            finish(capture, kind, run, exc, 0)
             raise
-        dt = now() - t0
-        capture.end(None)
-        if kind == "baseline":
-            state.baseline_done(run, dt)
+        finish(capture, kind, run, None, now() - t0)
         return result
 
     def observe(dt: int, args: Any, kwargs: Any) -> None:
@@ -426,38 +430,14 @@ def wrap_with_trigger(
             return result
 
         async def profiled_async(wrapped: Any, args: Any, kwargs: Any, claim: Any, stash: Any = False) -> Any:
-            # same as profiled() but awaiting; kept apart so the plain path stays small
-            capture = new_capture()
-            kind = None
-            if claim is not None:
-                kind, pending = claim
-                if kind == "slow":
-                    capture.trigger = pending.trigger
-                    capture.annotate = state.annotate_triggered(pending.baseline)
-                else:
-                    capture.annotate = state.annotate_baseline
-                run = start(capture, False)
-                if kind == "slow":
-                    if run.profiled:
-                        _stats.record("triggered")
-                    else:
-                        state.give_back(pending)
-                elif run.profiled:
-                    _stats.record("trigger_baselines")
-            else:
-                run = start(capture, stash)
+            capture, kind, run = begin(claim, stash if claim is None else None)
             t0 = now()
             try:
                 result = await wrapped(*args, **kwargs)
             except BaseException as exc:
-                capture.end(exc)
-                if kind == "baseline":
-                    state.baseline_done(run, 1 << 62)
+                finish(capture, kind, run, exc, 0)
                 raise
-            dt = now() - t0
-            capture.end(None)
-            if kind == "baseline":
-                state.baseline_done(run, dt)
+            finish(capture, kind, run, None, now() - t0)
             return result
 
         @wrapt.decorator
