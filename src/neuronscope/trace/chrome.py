@@ -10,12 +10,17 @@ Device work is linked to the op that launched it through the ``External id`` bot
 from __future__ import annotations
 
 import gzip
+import io
 import os
+import re
 import zlib
+from array import array
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ..errors import TraceLoadError
 from .kinds import DEVICE_PROCESS, activity_kind, device_label
@@ -60,14 +65,38 @@ class _Doc(msgspec.Struct):
     deviceProperties: Any = None
 
 
-_decode_typed = msgspec.json.Decoder(_Doc).decode
+_decode_head = msgspec.json.Decoder(_Doc).decode
+_decode_events = msgspec.json.Decoder(list[_Event]).decode
+
+#: bytes read (decompressed) per step: the events of one chunk are decoded into typed records,
+#: appended to the columns and dropped, so a trace never holds more than a chunk of records
+CHUNK = 2 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_HEAD_LIMIT = 64 << 20  # a header this long before "traceEvents": not a Kineto trace to stream
+#: peak memory of a load, as a share of the decompressed JSON (columns ~0.3x, plus a chunk);
+#: a trace whose estimate exceeds the memory available is refused before it is read
+MEMORY_PER_JSON_BYTE = 0.5
+
+
+class _Malformed(Exception):
+    """The streaming reader met something it cannot split: read the file the slow way."""
+
+    def __init__(self, bytes_read: int = 0) -> None:
+        super().__init__(bytes_read)
+        self.bytes_read = bytes_read
+
+
+def cols_bytes_read(exc: BaseException) -> int:
+    return exc.bytes_read if isinstance(exc, _Malformed) else 0
 
 
 def load_trace(path: str | os.PathLike[str], *, device: str | None = None) -> Trace:
     """Read a Kineto ``trace.json`` / ``trace.json.gz`` (or a run directory holding one).
 
-    Raises :class:`~neuronscope.TraceLoadError` naming the file when it is missing,
-    truncated, not JSON, or not a Kineto trace.
+    The file is read in chunks (gzip decompressed as it streams) straight into the columns:
+    peak memory stays below the file's size. Raises :class:`~neuronscope.TraceLoadError`
+    naming the file when it is missing, truncated, not JSON, not a Kineto trace, or larger
+    than the memory available could hold.
     """
     p = Path(path)
     if p.is_dir():
@@ -76,35 +105,186 @@ def load_trace(path: str | os.PathLike[str], *, device: str | None = None) -> Tr
         if found is None:
             raise TraceLoadError(f"{p}: directory holds no trace.json(.gz); was the run saved with save_trace=True?")
         p = found
+    source = str(p)
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as f:
+            _check_memory(p, f, f.read(2) == _GZIP_MAGIC)
+        return _parse(lambda: _chunks(open(p, "rb"), source), source, device)
     except OSError as exc:
-        raise TraceLoadError(f"{p}: cannot read trace file: {exc.strerror or exc}") from exc
-    return parse_trace_bytes(raw, source=str(p), device=device)
+        raise TraceLoadError(f"{source}: cannot read trace file: {exc.strerror or exc}") from exc
 
 
 def parse_trace_bytes(raw: bytes, *, source: str = "<bytes>", device: str | None = None) -> Trace:
     """Parse the bytes of a (possibly gzipped) Kineto trace. See :func:`load_trace`."""
-    if raw[:2] == _GZIP_MAGIC:
+    return _parse(lambda: _chunks(io.BytesIO(raw), source), source, device)
+
+
+def _chunks(f: Any, source: str) -> Iterator[bytes]:
+    """The decompressed bytes of a file object, a chunk at a time (gzip streamed)."""
+    with f:
+        stream = gzip.GzipFile(fileobj=f, mode="rb") if f.read(2) == _GZIP_MAGIC else f
+        f.seek(0)
+        while True:
+            try:
+                block = stream.read(CHUNK)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise TraceLoadError(f"{source}: corrupt or truncated gzip data: {exc}") from exc
+            if not block:
+                return
+            yield block
+
+
+def _check_memory(path: Path, f: Any, gzipped: bool) -> None:
+    """Refuse a trace that cannot fit before reading it (a clear error, not an OOM kill)."""
+    size = path.stat().st_size
+    json_bytes = size
+    if gzipped and size >= 18:
+        f.seek(-4, os.SEEK_END)  # gzip's ISIZE: the decompressed size mod 2**32
+        isize = int.from_bytes(f.read(4), "little")
+        json_bytes = max(isize, size * 4) if size >= 1 << 30 else isize  # ISIZE wraps past 4 GiB
+    available = _available_memory()
+    need = int(json_bytes * MEMORY_PER_JSON_BYTE)
+    if available is not None and need > available:
+        raise TraceLoadError(
+            f"{path}: loading this trace needs about {need / 2**30:.1f} GiB of memory "
+            f"({json_bytes / 2**30:.1f} GiB of JSON) and {available / 2**30:.1f} GiB is available: load it on a "
+            "machine with more memory, or profile fewer steps (schedule=, or a shorter window)"
+        )
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is none: no check)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+#: a file the streaming reader cannot split is read whole (to say precisely what is wrong, or
+#: to read an unusual layout) only up to this size; past it, the error says what was found
+WHOLE_FILE_LIMIT = 1 << 30
+
+
+def _parse(open_chunks: "Callable[[], Iterator[bytes]]", source: str, device: str | None) -> Trace:
+    cols = _Columns()
+    try:
+        head, tail = _stream_events(open_chunks(), cols)
+        doc = _header(head, tail)
+    except (_Malformed, msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        del cols
+        if cols_bytes_read(exc) > WHOLE_FILE_LIMIT:
+            raise TraceLoadError(
+                f"{source}: truncated or corrupt: the traceEvents array does not close where the file ends "
+                f"(read {cols_bytes_read(exc) / 2**30:.1f} GiB)"
+            ) from None
+        return _parse_whole(b"".join(open_chunks()), source, device)
+    try:
+        return cols.finish(doc, device)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
+
+
+def _stream_events(chunks: Iterator[bytes], cols: "_Columns") -> tuple[bytes, bytes]:
+    """Feed the events of the ``traceEvents`` array to ``cols`` chunk by chunk; return the
+    document's text before the array and after it (the small top-level keys).
+
+    The array is cut after the last ``},`` of what was read so far: if the events up to there
+    decode, the cut was between two events (a cut inside an event or a string cannot decode).
+    Anything unusual raises :class:`_Malformed`, and the caller reads the file whole instead.
+    """
+    buf = b""
+    read = 0
+    for block in chunks:
+        read += len(block)
+        buf += block
+        m = _EVENTS_KEY.search(buf)
+        if m is not None:
+            head, buf = buf[: m.start()], buf[m.end() :]
+            break
+        if buf.lstrip()[:1] == b"[":  # a bare list of events
+            head, buf = b"", buf.lstrip()[1:]
+            break
+        if len(buf) > _HEAD_LIMIT:
+            raise _Malformed(read)
+    else:
+        raise _Malformed(read)
+    if head.lstrip()[:1] not in (b"{", b""):
+        raise _Malformed(read)
+    for block in chunks:
+        read += len(block)
+        buf += block
+        buf = _take_events(buf, cols)
+    try:
+        return head, _finish_events(buf, cols)
+    except _Malformed:
+        raise _Malformed(read) from None
+
+
+def _take_events(buf: bytes, cols: "_Columns") -> bytes:
+    """Decode the complete events at the front of ``buf``; return the rest."""
+    end = len(buf)
+    for _ in range(8):
+        cut = buf.rfind(b"},", 0, end)
+        if cut < 0:
+            return buf
         try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceLoadError(f"{source}: corrupt or truncated gzip data: {exc}") from exc
+            events = _decode_events(b"[" + buf[: cut + 1] + b"]")
+        except msgspec.DecodeError:
+            end = cut  # inside an event, a string or the trailer: try an earlier one
+            continue
+        cols.add(events)
+        return buf[cut + 2 :]
+    return buf
+
+
+def _finish_events(buf: bytes, cols: "_Columns") -> bytes:
+    """The last events, up to the ``]`` that closes the array; return the trailer after it."""
+    end = len(buf)
+    for _ in range(64):
+        close = buf.rfind(b"]", 0, end)
+        if close < 0:
+            raise _Malformed
+        body = buf[:close].strip()
+        try:
+            events = _decode_events(b"[" + body + b"]") if body else []
+        except msgspec.DecodeError:
+            end = close
+            continue
+        cols.add(events)
+        return buf[close + 1 :]
+    raise _Malformed
+
+
+def _header(head: bytes, tail: bytes) -> _Doc:
+    """The top-level keys around the events (``baseTimeNanoseconds`` comes after them)."""
+    if not head.strip():
+        return _Doc(traceEvents=[])
+    return _decode_head(head + b'"traceEvents": []' + tail)
+
+
+def _parse_whole(raw: bytes, source: str, device: str | None) -> Trace:
+    """The slow path for files the streaming reader cannot split: decode the whole document,
+    say precisely what is wrong, or accept what is merely unusual (numbers given as strings)."""
     if not raw.strip():
         raise TraceLoadError(f"{source}: the trace file is empty")
     try:
-        typed = _decode_typed(raw)
+        doc = _decode_head(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        typed = _decode_generic(raw, source)
+        doc = _decode_generic(raw, source)
+    cols = _Columns()
     try:
-        return _trace_from_typed(typed, device)
+        cols.add(doc.traceEvents)
+        doc.traceEvents = []
+        return cols.finish(doc, device)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
 
 
 def _decode_generic(raw: bytes, source: str) -> _Doc:
-    """The slow path for files the typed decoder rejects: say precisely what is wrong, or
-    accept what is merely unusual (a bare list of events, numbers given as strings)."""
     try:
         doc = msgspec.json.decode(raw)
     except (msgspec.DecodeError, ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -119,110 +299,156 @@ def _decode_generic(raw: bytes, source: str) -> _Doc:
         raise TraceLoadError(f"{source}: malformed trace event: {exc}") from exc
 
 
-def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
-    """Records -> columns. Device work is linked to its op through the shared External id."""
-    base = int(doc.baseTimeNanoseconds or 0)
-    names: list[str] = []
-    kinds: list[int] = []
-    start: list[int] = []
-    dur: list[int] = []
-    thread: list[int] = []
-    corr: list[int] = []
-    linked: list[int] = []
-    cats: list[str] = []
-    inputs: dict[int, tuple[list, list]] = {}
-    threads: dict[tuple[Any, Any], int] = {}
-    saw_device = saw_neuron = False
-    other = EventKind.OTHER
-    op_kind = EventKind.OP
-    device_kinds = (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME)
-    # events on a device's own lanes carry the device's id as pid (HTA reads them the same way):
-    # an accelerator whose categories we do not know by name (MTIA, a PrivateUse1 backend) is
-    # still read as one
-    device_pids = {d.get("id") for d in (doc.deviceProperties or ()) if isinstance(d, dict)} - {None}
-    kind_of: dict[tuple[str | None, bool], EventKind] = {}  # memo: categories repeat, events are many
-    unknown_on: dict[int, Any] = {}  # position -> pid, for unknown categories off the known device pids
-    runtime_names: set[str] = set()
-    device_cats: set[str] = set()
-    for ev in doc.traceEvents:
-        if ev.ph != "X":
-            if ev.ph == "M" and ev.args is not None:
-                if "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
-                    saw_neuron = True
-                if ev.name == "process_name" and ev.args.name and DEVICE_PROCESS.match(ev.args.name):
-                    device_pids.add(ev.pid)
-            continue
-        cat = ev.cat
-        on_device = ev.pid in device_pids
-        kind = kind_of.get((cat, on_device))
-        if kind is None:
-            kind = kind_of[(cat, on_device)] = activity_kind(cat, on_device_lane=on_device)
-            if kind in device_kinds and cat:
-                device_cats.add(cat)
-        if kind == other and not on_device and activity_kind(cat, on_device_lane=True) == EventKind.DEVICE:
-            unknown_on[len(names)] = ev.pid  # decided below: device metadata may come after the events
-        name = ev.name
-        if name in FILTERED_NAMES or name.startswith(MARKER_PREFIX):
-            kind = other
-        elif kind == op_kind and "#" in name and (name.startswith(STEP_PREFIX) or cat == "Operator"):
-            # torch's own record_function annotations ("ProfilerStep#3", "Optimizer.step#SGD.step",
-            # "enumerate(DataLoader)#..."): torch 1.8-1.10 wrote them as operators
-            kind = EventKind.REGION
-        args = ev.args
-        if args is not None and args.input_dims is not None and name in INPUT_OPS:
-            inputs[len(names)] = (list(args.input_dims), list(args.input_type or ()))
-        ext = (args.external_id or args.external_id_lower) if args is not None else 0
-        if kind in device_kinds:
-            if cat == "privateuse1_runtime":
-                saw_neuron = True
-            if kind == EventKind.RUNTIME and len(runtime_names) < 64:
-                runtime_names.add(name)
-            saw_device = saw_device or kind == EventKind.DEVICE
-            c, link = (args.correlation if args is not None else 0), ext
-        else:
-            c, link = ext, 0
-        key = (ev.pid, ev.tid)
-        tid = threads.get(key)
-        if tid is None:
-            tid = threads[key] = len(threads)
-        names.append(name)
-        kinds.append(kind)
-        start.append(round(ev.ts * 1000.0) + base)
-        d = round(ev.dur * 1000.0)
-        dur.append(d if d > 0 else 0)
-        thread.append(tid)
-        corr.append(c)
-        linked.append(link)
-        cats.append(cat or "")
-    # unknown categories on lanes that metadata (seen anywhere in the file) names a device's
-    for pos, pid in unknown_on.items():
-        if pid in device_pids and kinds[pos] == other and names[pos] not in FILTERED_NAMES:
-            kinds[pos] = EventKind.DEVICE
-            linked[pos], corr[pos] = corr[pos], 0  # stored as an op's: device events link, not own
-            saw_device = True
-            device_cats.add(cats[pos])
-    if device is None:
-        device = doc.neuronscope_device or device_label(
-            saw_device=saw_device,
-            saw_neuron=saw_neuron,
-            categories=device_cats,
-            runtime_names=runtime_names,
-            device_names=[str(d.get("name", "")) for d in (doc.deviceProperties or ()) if isinstance(d, dict)],
+class _Columns:
+    """Typed records -> int64 columns, chunk by chunk (8 bytes a value; names interned).
+
+    Device work is linked to its op through the shared External id. What needs the whole file
+    (``baseTimeNanoseconds`` and device metadata, which Kineto writes after the events) is
+    applied in :meth:`finish`.
+    """
+
+    def __init__(self) -> None:
+        self.name_table: dict[str, int] = {}
+        self.cat_table: dict[str, int] = {"": 0}
+        self.name_id, self.kind, self.start, self.dur = array("q"), array("q"), array("q"), array("q")
+        self.thread, self.corr, self.linked, self.category = array("q"), array("q"), array("q"), array("q")
+        self.inputs: dict[int, tuple[list, list]] = {}
+        self.input_signatures: dict[tuple[str, str], tuple[list, list]] = {}
+        self.threads: dict[tuple[Any, Any], int] = {}
+        self.kind_of: dict[str | None, EventKind] = {}  # categories repeat, events are many
+        self.unknown_on: dict[int, tuple[Any, int]] = {}  # position -> (pid, correlation): lanes metadata may claim
+        self.device_pids: set[Any] = set()  # lanes process metadata names a device's ("MTIA 9")
+        self.runtime_names: set[str] = set()
+        self.device_cats: set[str] = set()
+        self.saw_device = self.saw_neuron = False
+
+    def add(self, events: list[_Event]) -> None:
+        other, op_kind, region = EventKind.OTHER, EventKind.OP, EventKind.REGION
+        runtime, device_op = EventKind.RUNTIME, EventKind.DEVICE
+        device_kinds = (device_op, EventKind.DEVICE_ANNOTATION, runtime)
+        kind_of, threads, inputs = self.kind_of, self.threads, self.inputs
+        name_table, cat_table = self.name_table, self.cat_table
+        name_id, kinds, start, dur = self.name_id.append, self.kind.append, self.start.append, self.dur.append
+        thread, corr, linked, category = self.thread.append, self.corr.append, self.linked.append, self.category.append
+        n = len(self.kind)
+        for ev in events:
+            if ev.ph != "X":
+                if ev.ph == "M" and ev.args is not None:
+                    if "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
+                        self.saw_neuron = True
+                    if ev.name == "process_name" and ev.args.name and DEVICE_PROCESS.match(ev.args.name):
+                        self.device_pids.add(ev.pid)
+                continue
+            cat = ev.cat
+            kind = kind_of.get(cat)
+            if kind is None:
+                kind = kind_of[cat] = activity_kind(cat)
+                if kind in device_kinds and cat:
+                    self.device_cats.add(cat)
+            if kind == other and activity_kind(cat, on_device_lane=True) == device_op:
+                # decided in finish(): device metadata may come later
+                self.unknown_on[n] = (ev.pid, ev.args.correlation if ev.args is not None else 0)
+            name = ev.name
+            if name in FILTERED_NAMES or name.startswith(MARKER_PREFIX):
+                kind = other
+            elif kind == op_kind and "#" in name and (name.startswith(STEP_PREFIX) or cat == "Operator"):
+                # torch's own record_function annotations ("ProfilerStep#3", "Optimizer.step#SGD.step",
+                # "enumerate(DataLoader)#..."): torch 1.8-1.10 wrote them as operators
+                kind = region
+            args = ev.args
+            if args is not None and args.input_dims is not None and name in INPUT_OPS:
+                inputs[n] = self._shared_inputs(args.input_dims, args.input_type)
+            ext = (args.external_id or args.external_id_lower) if args is not None else 0
+            if kind in device_kinds:
+                if cat == "privateuse1_runtime":
+                    self.saw_neuron = True
+                if kind == runtime and len(self.runtime_names) < 64:
+                    self.runtime_names.add(name)
+                if kind == device_op:
+                    self.saw_device = True
+                corr((args.correlation if args is not None else 0))
+                linked(ext)
+            else:
+                corr(ext)
+                linked(0)
+            key = (ev.pid, ev.tid)
+            tid = threads.get(key)
+            if tid is None:
+                tid = threads[key] = len(threads)
+            nid = name_table.get(name)
+            if nid is None:
+                nid = name_table[name] = len(name_table)
+            cid = cat_table.get(cat or "")
+            if cid is None:
+                cid = cat_table[cat or ""] = len(cat_table)
+            name_id(nid)
+            kinds(kind)
+            start(round(ev.ts * 1000.0))
+            d = round(ev.dur * 1000.0)
+            dur(d if d > 0 else 0)
+            thread(tid)
+            category(cid)
+            n += 1
+
+    def _shared_inputs(self, dims: Any, types: Any) -> tuple[list, list]:
+        """One (shapes, dtypes) object per distinct signature: a loop records the same shapes
+        thousands of times, and a list per event would cost ~700 bytes each."""
+        try:
+            key = (repr(dims), repr(types))
+        except RecursionError:
+            return (list(dims), list(types or ()))
+        shared = self.input_signatures.get(key)
+        if shared is None:
+            shared = self.input_signatures[key] = (list(dims), list(types or ()))
+        return shared
+
+    def finish(self, doc: _Doc, device: str | None) -> Trace:
+        base = int(doc.baseTimeNanoseconds or 0)
+        kind = _int64(self.kind)
+        corr, linked = _int64(self.corr), _int64(self.linked)
+        # unknown categories on lanes that metadata (anywhere in the file) names a device's
+        device_pids = self.device_pids | ({d.get("id") for d in (doc.deviceProperties or ()) if isinstance(d, dict)} - {None})
+        categories = tuple(self.cat_table)
+        names = tuple(self.name_table)
+        name_id = _int64(self.name_id)
+        for pos, (pid, correlation) in self.unknown_on.items():
+            if pid in device_pids and kind[pos] == EventKind.OTHER and names[name_id[pos]] not in FILTERED_NAMES:
+                kind[pos] = EventKind.DEVICE
+                linked[pos], corr[pos] = corr[pos], correlation  # stored as an op's: a device event links
+                self.saw_device = True
+                self.device_cats.add(categories[self.category[pos]])
+        if device is None:
+            device = doc.neuronscope_device or device_label(
+                saw_device=self.saw_device,
+                saw_neuron=self.saw_neuron,
+                categories=self.device_cats,
+                runtime_names=self.runtime_names,
+                device_names=[str(d.get("name", "")) for d in (doc.deviceProperties or ()) if isinstance(d, dict)],
+            )
+        start = _int64(self.start)
+        if base:
+            start += base
+        return Trace(
+            names=names,
+            kind=kind,
+            name_id=name_id,
+            start_ns=start,
+            duration_ns=_int64(self.dur),
+            thread=_int64(self.thread),
+            correlation_id=corr,
+            linked_correlation_id=linked,
+            device=device,
+            base_time_ns=base,
+            metadata=_metadata(doc, base),
+            category=_int64(self.category),
+            categories=categories,
+            inputs=self.inputs,
         )
-    return Trace.from_columns(
-        names=names,
-        kind=kinds,
-        start_ns=start,
-        duration_ns=dur,
-        thread=thread,
-        correlation_id=corr,
-        linked_correlation_id=linked,
-        device=device,
-        base_time_ns=base,
-        metadata=_metadata(doc, base),
-        categories=cats,
-        inputs=inputs,
-    )
+
+
+def _int64(values: array) -> np.ndarray:
+    """A column over the array's own memory (no copy; the array is not appended to again)."""
+    return np.frombuffer(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
 
 
 def _metadata(doc: _Doc, base: int) -> dict[str, Any]:
