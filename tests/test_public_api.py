@@ -32,6 +32,7 @@ EXPECTED = {
     "last_run",
     "load_run",
     "load_trace",
+    "load_traces",
     "profile_neuron",
     "region",
     "stats",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from ._stats import stats
     from .analysis.diagnosis import Diagnosis, Finding
     from .analysis.summary import OpStats, RegionStats, Summary, summarize
-    from .api import compare_ranks, configure, diagnose, export_run, flush, last_run, load_run, load_trace
+    from .api import compare_ranks, configure, diagnose, export_run, flush, last_run, load_run, load_trace, load_traces
     from .capture.arming import ArmRequest, arm, disarm
     from .capture.devices.neuron import NeuronOptions
     from .capture.profile import ProfileNeuron, profile_neuron
@@ -66,6 +66,7 @@ _LAZY = {
     "last_run": ".api",
     "load_run": ".api",
     "load_trace": ".api",
+    "load_traces": ".api",
     "profile_neuron": ".capture.profile",
     "region": ".capture.region",
     "stats": "._stats",

@@ -17,7 +17,7 @@ from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
-__all__ = ["compare_ranks", "configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace"]
+__all__ = ["compare_ranks", "configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace", "load_traces"]
 
 log = logging.getLogger("neuronscope")
 
@@ -215,7 +215,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     return _load_run(path)
 
 
-def compare_ranks(paths: Any, *, name: str | None = None) -> Any:
+def compare_ranks(paths: Any, *, name: str | None = None, executor: Any = None, skip_bad: bool = False) -> Any:
     """The ranks of a torchrun job side by side: a :class:`~neuronscope.analysis.ranks.RankComparison`.
 
         c = ns.compare_ranks("neuronscope-runs/127.0.0.1_29500")   # the job directory
@@ -228,7 +228,31 @@ def compare_ranks(paths: Any, *, name: str | None = None) -> Any:
     collectives and waiting in them, where the rest went; the clock offsets estimated from the
     collectives' ends; the straggler, its lateness per step and its lead cause (see
     docs/distributed.md). Raises :class:`TraceLoadError` naming what is missing.
-    """
-    from .analysis.ranks import compare_ranks as _compare
 
-    return _compare(paths, name=name)
+    ``executor``: any ``concurrent.futures.Executor`` reads the ranks in parallel — a
+    ``ProcessPoolExecutor`` on this machine, or a Dask ``distributed.Client`` / Ray executor
+    on a cluster (docs/distributed.md); each worker gets a path and returns the rank's
+    profile, never the trace. ``skip_bad=True``: a truncated or corrupt file is left out
+    with a warning naming it (``c.warnings``) instead of failing the comparison.
+    """
+    from .analysis.ranks import compare_rank_runs
+    from .sinks.jobdir import read_rank_runs
+
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not paths:
+        raise TraceLoadError("compare_ranks() needs at least one path: a job directory or the runs of every rank")
+    runs, warnings = read_rank_runs([Path(p) for p in paths], executor=executor, skip_bad=skip_bad)
+    return compare_rank_runs(runs, name=name, warnings=warnings, source=", ".join(map(str, paths)))
+
+
+def load_traces(paths: Any, *, executor: Any = None) -> list[Trace]:
+    """Load several Kineto traces (``load_trace`` each), in parallel on ``executor`` (any
+    ``concurrent.futures.Executor``; None: one after another), in the order given.
+
+    The traces come back to this process: for a job's worth of large traces on a cluster,
+    ``compare_ranks(paths, executor=client)`` ships only each rank's small profile instead.
+    """
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if executor is None:
+        return [_load_trace(p) for p in paths]
+    return [f.result() for f in [executor.submit(_load_trace, str(p)) for p in paths]]

@@ -13,7 +13,8 @@ from synthetic import make_job
 
 import neuronscope as ns
 from neuronscope import TraceLoadError
-from neuronscope.analysis.ranks import collective_kind, compare_ranks
+from neuronscope.analysis.ranks import collective_kind
+from neuronscope.api import compare_ranks
 
 OWN_HOSTS = {0: "h0", 1: "h1", 2: "h2", 3: "h3"}
 

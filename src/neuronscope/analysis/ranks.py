@@ -379,7 +379,11 @@ def _signed(us: float) -> str:
 
 
 @dataclass
-class _Run:
+class RankRun:
+    """One profiled run of one rank, as the comparison needs it: identity and timing from its
+    manifest, and its rank profile (rank.json's dict). Read by sinks/jobdir.py; small enough
+    to travel back from a worker process or a cluster."""
+
     rank: int
     path: Path | None
     name: str
@@ -396,137 +400,15 @@ class _Run:
     origin: Path | None = None  # the rank directory it was found in
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TraceLoadError(f"{path}: unreadable: {exc}") from exc
-
-
-def _rank_of_dir(path: Path) -> int | None:
-    for part in (path.parent.name, path.name):
-        m = _RANK_DIR.match(part)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def _load_run_dir(path: Path) -> _Run:
-    manifest = _read_json(path / "manifest.json")
-    if not isinstance(manifest, dict) or "schema_version" not in manifest:
-        raise TraceLoadError(f"{path / 'manifest.json'}: not a neuronscope manifest")
-    rank = manifest.get("rank")
-    if rank is None:
-        rank = _rank_of_dir(path)
-    if rank is None:
-        raise TraceLoadError(
-            f"{path}: this run has no rank (profiled outside a torchrun job?); compare_ranks needs the run "
-            "directories of a distributed job (<output_dir>/<job id>/rank<N>/...)"
-        )
-    dist = manifest.get("distributed") if isinstance(manifest.get("distributed"), dict) else {}
-    profile = None
-    if (path / RANK_FILE).is_file():
-        profile = _read_json(path / RANK_FILE)
-    elif (path / "trace.json.gz").is_file() or (path / "trace.json").is_file():
-        from ..trace.chrome import load_trace
-
-        profile = rank_profile(load_trace(path, device=manifest.get("device")))
-    busy = manifest.get("device_busy_pct")
-    if busy is None and profile is not None:
-        busy = profile.get("device_busy_pct")
-    return _Run(
-        rank=int(rank),
-        path=path,
-        name=str(manifest.get("name", path.name)),
-        key=(int(dist.get("call_index", -1)), int(manifest.get("window") or 0)),
-        start_ns=int(manifest.get("start_ns", 0)),
-        end_ns=int(manifest.get("end_ns", 0)),
-        host=manifest.get("host"),
-        pid=manifest.get("pid"),
-        local_rank=manifest.get("local_rank"),
-        job_id=manifest.get("job_id"),
-        world_size=manifest.get("world_size"),
-        profile=profile,
-        busy_pct=None if busy is None else float(busy),
-    )
-
-
-def _load_trace_file(path: Path) -> _Run:
-    from ..trace.chrome import load_trace
-
-    trace = load_trace(path)
-    meta = trace.metadata
-    info = meta.get("neuronscope") if isinstance(meta.get("neuronscope"), dict) else {}
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-    rank = info.get("rank", dist.get("rank"))
-    if rank is None:
-        rank = _rank_of_dir(path.parent) if path.parent.name else None
-    if rank is None:
-        raise TraceLoadError(f"{path}: the trace names no rank (no distributedInfo.rank); profile with torch.distributed initialised")
-    profile = rank_profile(trace)
-    return _Run(
-        rank=int(rank), path=path, name=path.name, key=(-1, 0), start_ns=int(trace.start_time_ns),
-        end_ns=int(trace.end_time_ns), host=None, pid=None, local_rank=info.get("local_rank"), job_id=info.get("job_id"),
-        world_size=info.get("world_size", dist.get("world_size")), profile=profile, busy_pct=profile["device_busy_pct"],
-    )
-
-
-def _is_trace_file(p: Path) -> bool:
-    return p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")) and p.name != "manifest.json"
-
-
-def _run_dirs(d: Path) -> list[Path]:
-    return sorted(c for c in d.iterdir() if c.is_dir() and (c / "manifest.json").is_file())
-
-
-def _discover(paths: Sequence[Path]) -> list[tuple[Path, Path | None]]:
-    """(run directory or trace file, the rank directory it is in) for every path given."""
-    found: list[tuple[Path, Path | None]] = []
-    for p in paths:
-        if not p.exists():
-            raise TraceLoadError(f"{p}: no such file or directory")
-        if p.is_file():
-            found.append((p, None))
-            continue
-        if (p / "manifest.json").is_file():
-            found.append((p, None))
-            continue
-        rank_dirs = sorted(c for c in p.iterdir() if c.is_dir() and _RANK_DIR.match(c.name))
-        if rank_dirs:  # a job directory
-            for rd in rank_dirs:
-                found.extend((run, rd) for run in _run_dirs(rd))
-            continue
-        jobs = sorted(c for c in p.iterdir() if c.is_dir() and any(_RANK_DIR.match(g.name) for g in c.iterdir() if g.is_dir()))
-        if len(jobs) == 1:
-            found.extend(_discover([jobs[0]]))
-            continue
-        if len(jobs) > 1:
-            names = ", ".join(j.name for j in jobs[:8])
-            raise TraceLoadError(f"{p} holds {len(jobs)} jobs ({names}); pass one of them, e.g. {jobs[-1]}")
-        runs = _run_dirs(p)
-        if runs:
-            found.extend((run, p) for run in runs)
-            continue
-        traces = sorted(c for c in p.iterdir() if _is_trace_file(c))
-        if traces:
-            found.extend((t, None) for t in traces)
-            continue
-        raise TraceLoadError(
-            f"{p}: no runs found; pass a job directory (<output_dir>/<job id>, holding rank0/, rank1/...), "
-            "run directories, or one Kineto trace per rank"
-        )
-    return found
-
-
-def _latest_launch(runs: list[_Run], warnings: list[str]) -> list[_Run]:
+def _latest_launch(runs: list[RankRun], warnings: list[str]) -> list[RankRun]:
     """Only the most recent process of each rank: a re-run of the job adds its runs next to the old ones."""
-    out: list[_Run] = []
-    by_rank: dict[int, list[_Run]] = {}
+    out: list[RankRun] = []
+    by_rank: dict[int, list[RankRun]] = {}
     for r in runs:
         by_rank.setdefault(r.rank, []).append(r)
     relaunched = []
     for rank, rs in sorted(by_rank.items()):
-        launches: dict[tuple[Any, Any], list[_Run]] = {}
+        launches: dict[tuple[Any, Any], list[RankRun]] = {}
         for r in rs:
             launches.setdefault((r.host, r.pid), []).append(r)
         if len(launches) > 1:
@@ -542,31 +424,21 @@ def _median(x: Any) -> float:
     return float(np.median(a)) if a.size else 0.0
 
 
-def compare_ranks(paths: Any, *, name: str | None = None) -> RankComparison:
-    """Compare the ranks of a distributed job: per rank the step wall time, device busy %,
-    time in collectives and waiting in them, where the rest went; the clock skew; the straggler.
-
-    ``paths``: a job directory (``<output_dir>/<job id>``, holding ``rank0/``, ``rank1/``...),
-    an output directory holding one job, run directories, or one Kineto trace per rank (their
-    ``distributedInfo`` names the rank). ``name``: the profile to compare, when the job has
-    several (default: the one with the most steps on every rank).
-    """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise TraceLoadError("compare_ranks() needs at least one path: a job directory or the runs of every rank")
-    warnings: list[str] = []
-    runs: list[_Run] = []
-    for where, rank_dir in _discover(paths):
-        run = _load_trace_file(where) if where.is_file() else _load_run_dir(where)
-        run.origin = rank_dir
-        runs.append(run)
+def compare_rank_runs(
+    runs: Sequence[RankRun], *, name: str | None = None, warnings: Sequence[str] = (), source: str = "the runs given"
+) -> RankComparison:
+    """Compare the ranks of a distributed job (pure: the runs are already read, see
+    ``neuronscope.compare_ranks`` for paths): per rank the step wall time, device busy %, time
+    in collectives and waiting in them, where the rest went; the clock skew; the straggler.
+    ``name``: the profile to compare, when the job has several (default: the one with the most
+    steps on every rank)."""
+    warnings = list(warnings)
+    runs = list(runs)
     runs = _latest_launch(runs, warnings)
     ranks = sorted({r.rank for r in runs})
     if len(ranks) < 2:
         raise TraceLoadError(
-            f"found runs of {len(ranks)} rank ({ranks}) under {', '.join(map(str, paths))}: compare_ranks needs two or more"
+            f"found runs of {len(ranks)} rank ({ranks}) under {source}: compare_ranks needs two or more"
         )
     # the profile name to compare: present on every rank, most runs
     names_by_rank = [{r.name for r in runs if r.rank == k} for k in ranks]
@@ -579,13 +451,14 @@ def compare_ranks(paths: Any, *, name: str | None = None) -> RankComparison:
         chosen = name
     else:
         if not common:
-            raise TraceLoadError(f"no profile name is present on every rank ({[sorted(n) for n in names_by_rank]})")
+            shown = [sorted(n) for n in names_by_rank[:4]]
+            raise TraceLoadError(f"no profile name is present on every rank ({shown}{' ...' if len(ranks) > 4 else ''})")
         chosen = max(sorted(common), key=lambda n: min(sum(1 for r in runs if r.rank == k and r.name == n) for k in ranks))
     mine = [r for r in runs if r.name == chosen]
     return _compare(chosen, ranks, mine, warnings, tuple(sorted(common - {chosen})))
 
 
-def _keyed(runs: list[_Run]) -> dict[tuple[int, int], _Run]:
+def _keyed(runs: list[RankRun]) -> dict[tuple[int, int], RankRun]:
     """Runs by (call index, window); runs without a call index by their order."""
     if all(r.key[0] >= 0 for r in runs):
         return {r.key: r for r in runs}
@@ -604,7 +477,7 @@ class _Step:
     coll_end: np.ndarray
 
 
-def _steps_of(run: _Run, key: tuple[int, int], use_substeps: bool) -> list[_Step]:
+def _steps_of(run: RankRun, key: tuple[int, int], use_substeps: bool) -> list[_Step]:
     prof = run.profile or {}
     coll = prof.get("collectives") or {"kind": [], "start_ns": [], "end_ns": []}
     kinds = list(coll.get("kind", []))
@@ -630,7 +503,7 @@ def _steps_of(run: _Run, key: tuple[int, int], use_substeps: bool) -> list[_Step
     return [_Step(label, int(lo), int(hi), parts, kinds, cstart, cend)]
 
 
-def _compare(name: str, ranks: list[int], runs: list[_Run], warnings: list[str], other_names: tuple[str, ...]) -> RankComparison:
+def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[str], other_names: tuple[str, ...]) -> RankComparison:
     per_rank = {k: _keyed([r for r in runs if r.rank == k]) for k in ranks}
     keys = sorted(set.intersection(*(set(d) for d in per_rank.values())))
     missing = {k: len(d) - len(keys) for k, d in per_rank.items() if len(d) > len(keys)}

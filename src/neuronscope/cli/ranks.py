@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
@@ -17,12 +19,25 @@ from ._group import Failure, cli
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema below) instead of tables.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None, help="Also write the per-rank lane view as HTML here.")
 @click.option("--fail-on-straggler", is_flag=True, help="Exit 1 when a straggler is found (a CI gate).")
-def ranks(paths: tuple[str, ...], name: str | None, show_steps: bool, as_json: bool, html_out: str | None, fail_on_straggler: bool) -> int:
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Read this many ranks at once, in a local process pool (default: the number of cores; 1: in this process).")
+@click.option("--skip-bad", is_flag=True, help="Leave out a truncated or corrupt file with a warning naming it, instead of failing.")
+def ranks(
+    paths: tuple[str, ...],
+    name: str | None,
+    show_steps: bool,
+    as_json: bool,
+    html_out: str | None,
+    fail_on_straggler: bool,
+    jobs: int | None,
+    skip_bad: bool,
+) -> int:
     """Compare the ranks of a distributed job: step time, busy %, collectives, clock skew, straggler.
 
     DIR is a job directory (<output_dir>/<job id>, holding rank0/, rank1/...), an output
     directory holding one job, the run directories of every rank, or one Kineto trace per
-    rank. Runs are matched by call index (the n-th call of a profile on every rank).
+    rank. Runs are matched by call index (the n-th call of a profile on every rank). The
+    ranks are read in parallel (--jobs, default: the number of cores); --skip-bad leaves out
+    a truncated or corrupt file with a warning naming it.
 
     \b
     JSON output (--json), schema_version 1; times in microseconds, per step (median):
@@ -49,9 +64,19 @@ def ranks(paths: tuple[str, ...], name: str | None, show_steps: bool, as_json: b
       }
     New keys may be added within a schema_version; existing ones keep their meaning.
     """
-    from ..analysis.ranks import compare_ranks
+    from ..api import compare_ranks
 
-    comparison = compare_ranks(list(paths), name=name)
+    jobs = jobs or os.cpu_count() or 1
+    if jobs > 1 and len(paths) == 1 and Path(paths[0]).is_file():
+        jobs = 1  # one file: nothing to spread
+    if jobs == 1:
+        comparison = compare_ranks(list(paths), name=name, skip_bad=skip_bad)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            comparison = compare_ranks(list(paths), name=name, executor=pool, skip_bad=skip_bad)
+    for warning in comparison.warnings:
+        if warning.startswith("skipped "):
+            click.echo(f"warning: {warning}", err=True)
     if html_out is not None:
         from ..report.ranks_html import write_ranks_html
 

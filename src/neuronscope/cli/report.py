@@ -36,7 +36,7 @@ def report(path: str, path_b: str | None, output: str, title: str | None, top: i
     from ..report.html import write_html
 
     if path_b is None and _is_job_dir(Path(path)):  # a torchrun job: the per-rank lane view
-        from ..analysis.ranks import compare_ranks
+        from ..api import compare_ranks
 
         a = compare_ranks(path)
     else:
