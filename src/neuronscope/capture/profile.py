@@ -73,6 +73,7 @@ class ProfileNeuron:
         sampler: Callable[[], bool] | None = None,
         all_threads: bool = False,
         ranks: Any = "all",
+        memory: bool | str = False,
         _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -105,6 +106,12 @@ class ProfileNeuron:
         ):
             if not isinstance(value, bool):
                 raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
+        if memory not in (True, False, "history"):
+            raise ConfigurationError(f"profile_neuron(memory={memory!r}): use True, False or \"history\" (CUDA allocator history)")
+        #: the memory stage: None (off), "on", or "history"; profile_memory=True implies "on"
+        self.memory = "history" if memory == "history" else ("on" if (memory or profile_memory) else None)
+        if self.memory:
+            profile_memory = True
         self.name = name
         self.output_dir = output_dir
         self.save_trace = save_trace
@@ -329,6 +336,10 @@ class _Capture:
                 self._raw_dir.mkdir(mode=0o700, exist_ok=True)
         # Elsewhere the run directory is made by the output worker: mkdir and retention scans
         # are syscalls, and each can cost the caller a GIL hand-over (~5 ms) while a worker computes.
+        if spec.memory == "history" and backend.name == "cuda":
+            from .memory import start_history
+
+            start_history()  # the allocator history the run directory's memory_snapshot.pickle holds
         session.enter(self)
         self._open = True
         session.mark_capture(self)
@@ -447,6 +458,7 @@ class _Capture:
             serial=self.serial,
             only_own_thread=not self.all_threads,
             extra_manifest=self._rank_manifest(),
+            memory=self.spec.memory,
         )
 
     def _rank_manifest(self) -> dict[str, Any]:
