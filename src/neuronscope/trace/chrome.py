@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceLoadError
+from .memory import MemoryRecords
 from .model import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["load_trace", "parse_trace_bytes"]
@@ -35,6 +36,13 @@ class _Args(msgspec.Struct):
     labels: str | None = None  # metadata events: process_labels
     input_dims: Any = msgspec.field(name="Input Dims", default=None)  # record_shapes=True
     input_type: Any = msgspec.field(name="Input type", default=None)
+    # [memory] records (profile_memory=True)
+    mem_bytes: int = msgspec.field(name="Bytes", default=0)
+    mem_addr: int = msgspec.field(name="Addr", default=-1)
+    mem_total_allocated: int = msgspec.field(name="Total Allocated", default=-1)
+    mem_total_reserved: int = msgspec.field(name="Total Reserved", default=-1)
+    mem_device_type: int = msgspec.field(name="Device Type", default=0)
+    mem_device_id: int = msgspec.field(name="Device Id", default=-1)
 
 
 class _Event(msgspec.Struct):
@@ -133,8 +141,13 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
     other = EventKind.OTHER
     device_kinds = (EventKind.DEVICE, EventKind.DEVICE_ANNOTATION, EventKind.RUNTIME)
     get_kind = ACTIVITY_KINDS.get
+    mem: dict[str, list[int]] = {k: [] for k in ("time_ns", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device_id", "thread")}
+    oom: list[tuple[int, int, int, int]] = []
     for ev in doc.traceEvents:
         if ev.ph != "X":
+            if ev.ph == "i" and ev.name in ("[memory]", "[OutOfMemory]") and ev.args is not None:
+                _memory_record(ev, base, threads, mem, oom)
+                continue
             if ev.ph == "M" and ev.args is not None and "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
                 saw_neuron = True
             continue
@@ -169,7 +182,9 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         cats.append(cat or "")
     if device is None:
         device = doc.neuronscope_device or ("neuron" if saw_device and saw_neuron else ("cuda" if saw_device else "cpu"))
+    memory = MemoryRecords.build(oom=tuple(oom), **mem) if mem["time_ns"] or oom else None
     return Trace.from_columns(
+        memory=memory,
         names=names,
         kind=kinds,
         start_ns=start,
@@ -183,6 +198,27 @@ def _trace_from_typed(doc: _Doc, device: str | None) -> Trace:
         categories=cats,
         inputs=inputs,
     )
+
+
+def _memory_record(ev: _Event, base: int, threads: dict, mem: dict[str, list[int]], oom: list) -> None:
+    a = ev.args
+    assert a is not None
+    t = round(ev.ts * 1000.0) + base
+    if ev.name == "[OutOfMemory]":
+        oom.append((t, a.mem_bytes, a.mem_device_type, a.mem_device_id))
+        return
+    key = (ev.pid, ev.tid)
+    tid = threads.get(key)
+    if tid is None:
+        tid = threads[key] = len(threads)
+    mem["time_ns"].append(t)
+    mem["bytes"].append(a.mem_bytes)
+    mem["addr"].append(a.mem_addr)
+    mem["total_allocated"].append(a.mem_total_allocated)
+    mem["total_reserved"].append(a.mem_total_reserved)
+    mem["device_type"].append(a.mem_device_type)
+    mem["device_id"].append(a.mem_device_id)
+    mem["thread"].append(tid)
 
 
 def _metadata(doc: _Doc, base: int) -> dict[str, Any]:
