@@ -402,7 +402,9 @@ def _growth(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
         return []
     t = ctx.rec.time_ns
     in_steps = (t >= ctx.s_start[0]) & (t <= ctx.s_end[-1])
-    kept = ctx.is_alloc & (ctx.free_of < 0) & in_steps
+    # kept: still alive when the last step ends (freed after it, e.g. at exit, or never)
+    freed_at = np.where(ctx.free_of >= 0, t[np.maximum(ctx.free_of, 0)], np.iinfo(np.int64).max)
+    kept = ctx.is_alloc & in_steps & (freed_at > ctx.s_end[-1])
     top = ctx.top_groups(kept)
     for item in top:
         item["bytes_per_step"] = item["bytes"] // n
@@ -410,7 +412,7 @@ def _growth(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
     what = format_bytes(top[0]["bytes"] // n) if top else format_bytes(per_step)
     msg = (
         f"memory grows by {format_bytes(per_step)} per step on {growing} of {n} steps: {who} allocates {what} per step "
-        "that is never freed — a reference kept across steps (a list of tensors, a loss accumulated without "
+        "still held after the last step — a reference kept across steps (a list of tensors, a loss accumulated without "
         ".item()/.detach(), a cache); drop it or keep a detached/CPU copy"
     )
     evidence = {"bytes": int(g.sum()), "bytes_per_step": per_step, "growing_steps": growing, "steps": n, "never_freed": top}

@@ -179,9 +179,13 @@ def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: 
             starts = np.array([s.start_ns for s in per], dtype=np.int64)
             steps = (diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64))
         report, findings = analyse_memory(trace, records, steps=steps, error=run.error, device_facts=facts)
+        if not len(records) and any(seg.all_threads for seg in segments):
+            # torch (2.x) records no [memory] events in a profile_all_threads session
+            report = _replace(report, notes=("no allocator records: torch records none when it profiles every thread "
+                                             "(all_threads=True); profile one thread to record memory",))
         run._memory = report
-        if diagnosis is not None and findings:
-            diagnosis = _replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings))
+        if diagnosis is not None:
+            diagnosis = _replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
     except Exception as exc:  # noqa: BLE001 - a memory-stage bug must not cost the run
         _stats.record("errors")
         log.warning("neuronscope: the memory report of %r failed: %s", run.name, exc, exc_info=True)

@@ -71,4 +71,5 @@ def headline(d: "Diagnosis") -> list[str]:
         g = d.gaps.top[0]
         src = f" at {g.source}" if g.source else ""
         lines.append(f"longest gap {format_us(g.duration_us)} ({g.cls}){src}")
-    return lines[:5]
+    # the memory verdict comes last, whatever the time verdict took
+    return lines[:5] + ([d.memory_line] if d.memory_line else [])
