@@ -27,7 +27,7 @@ from ..trace.model import Trace
 from .diagnosis.model import Finding
 from .memory_model import MemoryGroup, MemoryHolder, MemoryReport, MemoryStep, format_bytes
 
-__all__ = ["analyse_memory", "memory_findings"]
+__all__ = ["analyse_memory", "memory_findings", "neuron_device_report"]
 
 BEFORE = "(before the profile)"
 NO_OP = "(no op)"
@@ -308,6 +308,49 @@ def _groups(ids, is_alloc, freed_alloc, b, name_of) -> list[MemoryGroup]:
     ]
     out.sort(key=lambda g: (-g.net_bytes, -g.allocated_bytes))
     return out
+
+
+def neuron_device_report(
+    host: MemoryReport, host_findings: list[Finding], facts: dict[str, Any], *, error: str | None, start_ns: int, end_ns: int
+) -> tuple[MemoryReport, list[Finding]]:
+    """The report of a Neuron run whose profile holds no device allocator records: from the
+    device allocator's totals at the start and the end (``torch.neuron.memory_stats()``) and,
+    after an out-of-memory error, the runtime's HBM table by category. What the host allocated
+    (the records) stays in ``device_facts["host"]`` and its findings are kept."""
+    stats = facts.get("neuron_memory_stats") or {}
+    s0, s1 = stats.get("start") or {}, stats.get("end") or {}
+    cur = "allocated_bytes.all.current"
+    start, end = int(s0.get(cur, 0)), int(s1.get(cur, 0))
+    peak_start, peak_end = int(s0.get("allocated_bytes.all.peak", start)), int(s1.get("allocated_bytes.all.peak", end))
+    notes = ["device memory from torch.neuron.memory_stats() at the start and the end of the profile: "
+             "TorchNeuron recorded no device allocations, so nothing is attributed to ops"]
+    # the allocator's peak is process-wide: it is this window's only when it rose during it
+    peak = peak_end if peak_end > peak_start else max(start, end)
+    if peak_end <= peak_start:
+        notes.append("the device peak did not rise during the profile: peak_bytes is the larger of the start and end levels")
+    table = facts.get("neuron_oom_table") if isinstance(facts.get("neuron_oom_table"), dict) else None
+    holders: list[MemoryHolder] = []
+    if table is not None and table.get("categories"):
+        # who holds the HBM: the runtime's categories (tensors, model code, scratchpad, ...)
+        holders = [MemoryHolder(f"HBM: {c}", "", None, int(v), 1) for c, v in table["categories"].items() if v]
+        holders.sort(key=lambda h: -h.bytes)
+        peak = max(peak, int(table.get("total_bytes") or 0))
+    res = s1.get("reserved_bytes.all.peak")
+    device_facts = dict(facts)
+    device_facts["host"] = {"peak_bytes": host.peak_bytes, "growth_bytes": host.growth_bytes, "headline": host.headline(),
+                            "at_peak": [h.to_dict() for h in host.at_peak[:5]]}
+    oom = host.oom
+    if table is not None and error:
+        failed = table.get("failed_allocation") or {}
+        oom = {"error": error, "device": "neuron", "device_id": table.get("device"), "requested_bytes": failed.get("bytes"),
+               "usage": failed.get("usage"), "where": failed.get("where")}
+    report = MemoryReport(
+        device="neuron", peak_bytes=peak, peak_at_ns=end_ns, start_bytes=start, end_bytes=end, growth_bytes=end - start,
+        at_peak=tuple(holders), timeline=((start_ns, start), (end_ns, end)), device_facts=device_facts, oom=oom,
+        peak_reserved_bytes=None if res is None else int(res), notes=tuple(notes),
+    )
+    kept = [f for f in host_findings if f.rule not in ("memory_peak", "out_of_memory")]
+    return report, kept + _peak(report) + _oom_finding(report, kept)
 
 
 def _find_steps(trace: Trace) -> tuple[str, np.ndarray, np.ndarray] | None:

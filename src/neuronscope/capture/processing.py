@@ -164,13 +164,14 @@ def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: 
         if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
             records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
         facts: dict[str, Any] = {}
-        if run.device == "neuron" or "neuron" in str(run.error or ""):
-            table = neuron_oom_table(since_ns=run.start_ns) if run.error else None
+        if run.device == "neuron":
+            # the runtime's OOM table, when the profiled code failed and the runtime wrote one
+            table = neuron_oom_table(since_ns=run.start_ns - 1_000_000_000) if run.error else None
             if table is not None:
                 facts["neuron_oom_table"] = table
-            hbm = run.manifest.get("neuron_memory") if isinstance(run.manifest, dict) else None
-            if hbm:
-                facts["neuron_hbm"] = hbm
+            stats = getattr(run, "_neuron_memory", None)
+            if stats and len(stats) == 2 and stats[1]:
+                facts["neuron_memory_stats"] = {"start": stats[0], "end": stats[1]}
         steps = None
         if diagnosis is not None and diagnosis.steps is not None and diagnosis.steps.count == len(diagnosis.steps.per_step):
             import numpy as np
@@ -179,6 +180,11 @@ def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: 
             starts = np.array([s.start_ns for s in per], dtype=np.int64)
             steps = (diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64))
         report, findings = analyse_memory(trace, records, steps=steps, error=run.error, device_facts=facts)
+        if run.device == "neuron" and report.device != "neuron" and ("neuron_memory_stats" in facts or "neuron_oom_table" in facts):
+            from ..analysis.memory import neuron_device_report
+
+            # no device allocator records: the device's own totals (and OOM table) make the report
+            report, findings = neuron_device_report(report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns)
         if not len(records) and any(seg.all_threads for seg in segments):
             # torch (2.x) records no [memory] events in a profile_all_threads session
             report = _replace(report, notes=("no allocator records: torch records none when it profiles every thread "

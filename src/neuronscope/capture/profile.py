@@ -340,6 +340,10 @@ class _Capture:
             from .memory import start_history
 
             start_history()  # the allocator history the run directory's memory_snapshot.pickle holds
+        if spec.memory and backend.name == "neuron":
+            from .memory import neuron_memory_stats
+
+            self.run._neuron_memory = [neuron_memory_stats()]  # type: ignore[attr-defined]  # the device allocator at the start
         session.enter(self)
         self._open = True
         session.mark_capture(self)
@@ -425,6 +429,11 @@ class _Capture:
             _stats.record("errors")
             log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc_stop)
             segments = list(self.segments)
+        neuron_memory = getattr(run, "_neuron_memory", None)
+        if neuron_memory is not None:  # ... and at the end (leave() synchronized the device)
+            from .memory import neuron_memory_stats
+
+            neuron_memory.append(neuron_memory_stats())
         # leave() = torch's stop (+ a restart for an outer capture) + the device exporter:
         # the exporter is ours, the rest torch's.
         torch_ns = time.perf_counter_ns() - t_stop - self._callback_ns
