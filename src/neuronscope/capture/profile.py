@@ -50,6 +50,11 @@ class ProfileNeuron:
 
     Create it with :func:`profile_neuron`; arguments are validated here, so a mistake fails
     at decoration time, not on the first request.
+
+    ``memory=True`` also records the allocator (torch's ``profile_memory=True``, which implies
+    it) and makes ``run.memory`` a :class:`~neuronscope.MemoryReport`: the peak, who holds it,
+    growth per step (docs/memory.md). ``memory="history"`` adds, on CUDA, the allocator
+    history as ``memory_snapshot.pickle`` in the run directory (pytorch.org/memory_viz).
     """
 
     def __init__(
