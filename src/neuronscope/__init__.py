@@ -23,7 +23,19 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from ._stats import stats
     from .analysis.diagnosis import Diagnosis, Finding
     from .analysis.summary import OpStats, RegionStats, Summary, summarize
-    from .api import compare_ranks, configure, diagnose, export_run, flush, last_run, load_run, load_trace, load_traces
+    from .analysis.memory_model import MemoryReport
+    from .api import (
+        compare_ranks,
+        configure,
+        diagnose,
+        diagnose_memory,
+        export_run,
+        flush,
+        last_run,
+        load_run,
+        load_trace,
+        load_traces,
+    )
     from .capture.arming import ArmRequest, arm, disarm
     from .capture.devices.neuron import NeuronOptions
     from .capture.profile import ProfileNeuron, profile_neuron
@@ -47,6 +59,7 @@ _LAZY = {
     "Event": ".trace.model",
     "EventKind": ".trace.kinds",
     "Finding": ".analysis.diagnosis",
+    "MemoryReport": ".analysis.memory_model",
     "NeuronOptions": ".capture.devices.neuron",
     "NeuronscopeError": ".errors",
     "OpStats": ".analysis.summary",
@@ -61,6 +74,7 @@ _LAZY = {
     "compare_ranks": ".api",
     "configure": ".api",
     "diagnose": ".api",
+    "diagnose_memory": ".api",
     "export_run": ".api",
     "flush": ".api",
     "last_run": ".api",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .analysis.diagnosis import Diagnosis
+    from .analysis.memory_model import MemoryReport
     from .analysis.summary import Summary
     from .trace.model import Trace
 
@@ -25,6 +26,7 @@ __all__ = ["Run", "RunStatus"]
 class RunStatus:
     PENDING = "pending"  #: capturing or being processed
     COMPLETE = "complete"
+    ERROR = "error"  #: processed completely, but the profiled code raised (``run.error``): an OOM, say
     SKIPPED = "skipped"  #: ran unprofiled (sampled out, under backpressure, or no profiler could run)
     JOINED = "joined"  #: nested inside a scheduled or foreign profile: recorded as a region of that one
     DROPPED = "dropped"  #: no longer produced (a decided sample is always processed); kept for old manifests
@@ -51,6 +53,7 @@ class Run:
         self.parent: Run | None = None  #: for a JOINED run, the enclosing run
         self._summary: Summary | None = None
         self._diagnosis: Diagnosis | None = None
+        self._memory: MemoryReport | None = None
         self._trace: Trace | None = None
         self._path: Path | None = None
         self._summarised = threading.Event()  # stage 1: summary and trace model ready
@@ -83,7 +86,7 @@ class Run:
     @property
     def profiled(self) -> bool:
         """True when this call was (or is being) profiled; False when it ran unprofiled."""
-        return self.status in (RunStatus.PENDING, RunStatus.COMPLETE, RunStatus.JOINED)
+        return self.status in (RunStatus.PENDING, RunStatus.COMPLETE, RunStatus.ERROR, RunStatus.JOINED)
 
     def _set_summary(self, summary: "Summary | None", trace: "Trace | None") -> None:
         self._summary, self._trace = summary, trace
@@ -135,6 +138,17 @@ class Run:
             return self.windows[-1].diagnosis
         self._diagnosed.wait()
         return self._diagnosis
+
+    @property
+    def memory(self) -> "MemoryReport | None":
+        """Why memory is high (:class:`~neuronscope.MemoryReport`): the peak, who holds it, growth
+        per step. None unless the run was profiled with ``memory=True`` (or ``profile_memory=True``)."""
+        if self.parent is not None:
+            return None
+        if self.windows:
+            return self.windows[-1].memory
+        self._diagnosed.wait()
+        return self._memory
 
     @property
     def trace(self) -> "Trace | None":

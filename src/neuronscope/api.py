@@ -17,7 +17,18 @@ from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
-__all__ = ["compare_ranks", "configure", "diagnose", "export_run", "flush", "last_run", "load_run", "load_trace", "load_traces"]
+__all__ = [
+    "compare_ranks",
+    "configure",
+    "diagnose",
+    "diagnose_memory",
+    "export_run",
+    "flush",
+    "last_run",
+    "load_run",
+    "load_trace",
+    "load_traces",
+]
 
 log = logging.getLogger("neuronscope")
 
@@ -208,6 +219,41 @@ def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
     else:
         raise TypeError(f"diagnose() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
     return diagnose_trace(trace, summary=summary or summarize(trace), facts=facts, gap_threshold_us=threshold)
+
+
+def diagnose_memory(source: Any) -> Any:
+    """Why memory is high: a :class:`~neuronscope.MemoryReport` of a run directory, any Kineto
+    ``trace.json(.gz)`` recorded with ``profile_memory=True``, a :class:`Run` or a :class:`Trace`.
+
+        m = ns.diagnose_memory("neuronscope-runs/train-.../")
+        print(m)                          # the peak, who holds it, growth per step
+        m.peak_bytes, m.at_peak[0].op, m.growth_per_step_bytes
+
+    A run's own report (saved in summary.json) is returned as is. Raises
+    :class:`TraceLoadError` when the trace holds no ``[memory]`` records.
+    """
+    from .analysis.memory import analyse_memory
+
+    trace = None
+    if isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        source = _load_run(p) if (p / "manifest.json").is_file() else _load_trace(p)
+    if isinstance(source, Run):
+        if source.memory is not None:
+            return source.memory
+        trace = source.trace
+        where = source.path or source.name
+    elif isinstance(source, Trace):
+        trace, where = source, "the trace"
+    else:
+        raise TypeError(f"diagnose_memory() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
+    if trace is None or trace.memory is None or not len(trace.memory) and not trace.memory.oom:
+        raise TraceLoadError(
+            f"{where}: no [memory] records in this trace; profile with profile_neuron(memory=True) "
+            "(or torch.profiler.profile(profile_memory=True)) to record them"
+        )
+    report, _ = analyse_memory(trace, trace.memory)
+    return report
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:

@@ -73,7 +73,7 @@ def test_show_json_schema_matches_the_run(runner, profiles):
     assert data["schema_version"] == 1
     assert set(data) == {
         "schema_version", "source", "device", "total_device_time_us", "total_cpu_time_us",
-        "compile_time_us", "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis",
+        "compile_time_us", "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis", "memory",
     }  # fmt: skip
     assert data["source"] == {"label": "small", "kind": "run", "path": str(profiles.small), "device": "cpu"}
     assert data["device"] == "cpu" and data["sort"] == "self_device" and data["top"] == 3

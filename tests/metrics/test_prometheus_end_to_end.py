@@ -106,7 +106,7 @@ def live(tmp_path_factory):
                     serve(x)  # 2 profiled, 2 unsampled
                 _contended_call()  # 1 skipped
                 for _ in range(2):
-                    with ns.profile_neuron(name="diagnosed"):
+                    with ns.profile_neuron(name="diagnosed", memory=True):  # + neuronscope.memory.peak
                         for _ in range(3):
                             with ns.region("step"):
                                 rmsnorm_naive(x, w)
@@ -235,6 +235,19 @@ def test_diagnosis_metrics(live):
         assert lower <= got <= upper, (q, got, true, lower, upper)
 
 
+def test_memory_peak_histogram(live):
+    prom, work = live
+    runs = work.runs["diagnosed"]
+    assert all(r.memory is not None and r.memory.peak_bytes > 0 for r in runs)
+    sel = '{neuronscope_profile_name="diagnosed"}'
+    assert _value(_at_end(prom, work, f"neuronscope_memory_peak_bytes_count{sel}")[0]) == len(runs)
+    total = _value(_at_end(prom, work, f"neuronscope_memory_peak_bytes_sum{sel}")[0])
+    assert total == sum(r.memory.peak_bytes for r in runs)
+    # only memory=True profiles record it
+    names = {s["metric"]["neuronscope_profile_name"] for s in _at_end(prom, work, "neuronscope_memory_peak_bytes_count")}
+    assert names == {"diagnosed"}
+
+
 def test_every_profiled_run_records_its_diagnosis_and_its_step_times(live):
     prom, work = live
     profiled = set(work.runs)
@@ -354,5 +367,5 @@ def test_dashboard_queries_use_the_exporters_real_names(live):
     assert used == set(PROMETHEUS_NAMES.values())
     # ... and each is a series Prometheus scraped from the exporter under exactly that name
     for name in used:
-        suffix = "_count" if name.endswith("_seconds") or name == "neuronscope_device_busy" else ""
+        suffix = "_count" if name.endswith(("_seconds", "_bytes")) or name == "neuronscope_device_busy" else ""
         assert _at_end(prom, work, f'{name}{suffix}{{job="{JOB}"}}'), name

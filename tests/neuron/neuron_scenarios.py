@@ -306,6 +306,46 @@ def scenario_cpu_only_sees_neuron_as_auto(work: Path) -> dict:
     return {"auto": select_backend("auto").name, "explicit": select_backend("neuron").name}
 
 
+def scenario_memory(work: Path) -> dict:
+    """memory=True on Neuron: the device allocator's totals, then an OOM with the runtime's table."""
+    import os
+
+    from neuronscope.capture.memory import parse_neuron_mem_table
+
+    MiB = 1 << 20
+    os.environ["NEURONSCOPE_NEURON_MEM_TABLE_DIR"] = str(work)
+    x, w = inputs()
+    emu.allocate(64 * MiB)  # weights, before the profile
+    with ns.profile_neuron(name="mem", output_dir=work / "runs", memory=True) as run:
+        emu.allocate(256 * MiB)  # activations
+        rmsnorm_naive(x, w)
+        emu.free(128 * MiB)
+    run.wait(60)
+    raised = None
+    try:
+        with ns.profile_neuron(name="oom", output_dir=work / "runs", memory=True) as oom_run:
+            emu.allocate(512 * MiB)
+            rmsnorm_naive(x, w)
+            raise emu.out_of_memory(4 << 30, categories={"Model Code": 96 * MiB, "Tensors": 704 * MiB, "Shared Scratchpad": 512 * MiB})
+    except RuntimeError as exc:
+        raised = str(exc)
+    oom_run.wait(60)
+    table_files = sorted(p.name for p in work.glob("neuron_mem_table_device_*_hbm_*.log"))
+    return {
+        "device": run.device,
+        "memory": run.memory.to_dict(),
+        "memory_line": run.diagnosis.memory_line,
+        "summary_memory": json.loads((run.path / "summary.json").read_text())["memory"],
+        "oom_status": oom_run.status,
+        "oom_error": oom_run.error,
+        "raised": raised,
+        "oom_memory": oom_run.memory.to_dict(),
+        "oom_findings": [f.to_dict() for f in oom_run.diagnosis.findings],
+        "table_files": table_files,
+        "table_parsed": parse_neuron_mem_table((work / table_files[0]).read_text()) if table_files else None,
+    }
+
+
 if __name__ == "__main__":
     name, work = sys.argv[1], Path(sys.argv[2])
     result = globals()[f"scenario_{name}"](work)

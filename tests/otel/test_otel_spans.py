@@ -253,3 +253,28 @@ def test_root_span_carries_the_diagnosis(telemetry, xw):
     events = [e for e in root.events if e.name == "neuronscope.finding"]
     assert [e.attributes["neuronscope.finding.rule"] for e in events] == [f.rule for f in d.findings][:10]
     assert "elementwise_chain" in root.attributes["neuronscope.findings"]
+
+
+def test_memory_on_the_root_span_and_the_peak_metric(telemetry):
+    """memory=True: the root span carries the peak and the growth, and neuronscope.memory.peak (By) is recorded."""
+    import torch
+
+    kept = []
+    with ns.profile_neuron(name="mem", memory=True) as run:
+        with ns.region("big"):
+            kept.append(torch.ones(1 << 20))  # 4 MiB, held
+    spans = telemetry.finished()
+    root = next(s for s in spans if s.name == "mem")
+    m = run.memory
+    assert root.attributes["neuronscope.memory.peak_bytes"] == m.peak_bytes >= 4 << 20
+    assert root.attributes["neuronscope.memory.growth_bytes"] == m.growth_bytes >= 4 << 20
+    assert root.attributes["neuronscope.memory.peak_op"] == "aten::ones" and root.attributes["neuronscope.memory.peak_region"] == "big"
+    unit, points = telemetry.metric_points()["neuronscope.memory.peak"]
+    assert unit == "By"
+    (p,) = points
+    assert p.sum == m.peak_bytes and p.count == 1 and p.attributes["neuronscope.profile.name"] == "mem"
+    # a run without memory=True carries none of it
+    with ns.profile_neuron(name="plain"):
+        torch.ones(8).sum()
+    plain = next(s for s in telemetry.finished() if s.name == "plain")
+    assert not any(k.startswith("neuronscope.memory.") for k in plain.attributes)

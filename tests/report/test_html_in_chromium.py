@@ -196,3 +196,32 @@ def test_diagnosis_section_renders_gaps_by_class_and_findings(browser, tmp_path,
         page.page.screenshot(path=str(artifacts / "diagnosis.png"), full_page=True)
     finally:
         page.close()
+
+
+def test_memory_section_renders_chart_peak_and_table(browser, tmp_path, artifacts):
+    """memory=True: the allocated-bytes line is drawn, the peak marker sits on its highest point,
+    and the at-peak table (sortable) names the region that holds the peak."""
+    import torch
+
+    held = []
+    with ns.profile_neuron(name="memory", memory=True, output_dir=tmp_path) as run:
+        with ns.region("big"):
+            held.append(torch.ones(4 << 20))  # 16 MiB
+        with ns.region("small"):
+            held.append(torch.ones(1 << 18))
+    m = run.memory
+    path = write_html(run, artifacts / "memory.html")
+    page = _Page(browser, path)
+    try:
+        _check_clean(page)
+        assert int(page.page.get_attribute("#memory-a", "data-peak-bytes")) == m.peak_bytes
+        (w, h), = page.bar_sizes("svg#memory-chart-a polyline.mem-line")
+        assert w > 100 and h > 20
+        peak = page.page.eval_on_selector("svg#memory-chart-a circle.mem-peak", "e => { const b = e.getBBox(); return [b.y + b.height / 2, +e.dataset.bytes]; }")
+        line_top = page.page.eval_on_selector("svg#memory-chart-a polyline.mem-line", "e => e.getBBox().y")
+        assert peak[1] == m.peak_bytes and abs(peak[0] - line_top) < 0.5
+        rows = page.page.eval_on_selector_all("#memory-at-peak-a tbody tr", "els => els.map(e => [e.dataset.region, +e.dataset.bytes])")
+        assert rows[0] == ["big", m.at_peak[0].bytes]
+        page.page.locator("#run-a").screenshot(path=str(artifacts / "memory.png"))
+    finally:
+        page.close()

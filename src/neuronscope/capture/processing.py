@@ -49,6 +49,7 @@ class ProcessOptions:
     extra_manifest: dict[str, Any] = field(default_factory=dict)  #: rank, job, ... (added by the caller)
     #: called on the output worker before the manifest is written: more manifest fields (a trigger's baseline, explanation)
     annotate: Callable[[Run], dict[str, Any]] | None = None
+    memory: str | None = None  #: "on" | "history": the memory stage runs (profile_neuron(memory=...))
 
 
 def add_sink(sink: Callable[[Run], None]) -> None:
@@ -125,7 +126,10 @@ def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | N
             notes = options.backend.finish_run(run, options.raw_dir, first_call=options.first_call)
         summary = replace(summary, warnings=tuple(run.warnings), notes=tuple(notes))
         run._set_summary(summary, trace)
-        run._set_diagnosis(_diagnose(run, trace, summary, options))
+        diagnosis = _diagnose(run, trace, summary, options)
+        if options.memory:
+            diagnosis = _memory(run, trace, segments, diagnosis, options)
+        run._set_diagnosis(diagnosis)
         if "rank" in options.extra_manifest:  # a rank of a distributed job
             run._rank_profile = _rank_profile(run, trace, options)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001
@@ -146,6 +150,55 @@ def _diagnose(run: Run, trace: Any, summary: Any, options: ProcessOptions) -> An
         log.warning("neuronscope: diagnosing %r failed: %s", run.name, exc, exc_info=True)
         run.warnings.append(f"diagnosis failed: {exc!r}")
         return None
+
+
+def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions) -> Any:
+    """The memory stage: ``run.memory`` and its findings appended to the diagnosis'."""
+    try:
+        from dataclasses import replace as _replace
+
+        from ..analysis.memory import analyse_memory
+        from ..trace.memory import MemoryRecords
+        from .memory import neuron_oom_table, segment_records
+
+        records = MemoryRecords.concat([segment_records(seg, options.raw_dir) for seg in segments])
+        lo, hi = trace.start_time_ns, trace.end_time_ns
+        if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
+            records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
+        facts: dict[str, Any] = {}
+        if run.device == "neuron":
+            # the runtime's OOM table, when the profiled code failed and the runtime wrote one
+            table = neuron_oom_table(since_ns=run.start_ns - 1_000_000_000) if run.error else None
+            if table is not None:
+                facts["neuron_oom_table"] = table
+            stats = getattr(run, "_neuron_memory", None)
+            if stats and len(stats) == 2 and stats[1]:
+                facts["neuron_memory_stats"] = {"start": stats[0], "end": stats[1]}
+        steps = None
+        if diagnosis is not None and diagnosis.steps is not None and diagnosis.steps.count == len(diagnosis.steps.per_step):
+            import numpy as np
+
+            per = diagnosis.steps.per_step
+            starts = np.array([s.start_ns for s in per], dtype=np.int64)
+            steps = (diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64))
+        report, findings = analyse_memory(trace, records, steps=steps, error=run.error, device_facts=facts)
+        if run.device == "neuron" and report.device != "neuron" and ("neuron_memory_stats" in facts or "neuron_oom_table" in facts):
+            from ..analysis.memory import neuron_device_report
+
+            # no device allocator records: the device's own totals (and OOM table) make the report
+            report, findings = neuron_device_report(report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns)
+        if not len(records) and any(seg.all_threads for seg in segments):
+            # torch (2.x) records no [memory] events in a profile_all_threads session
+            report = _replace(report, notes=("no allocator records: torch records none when it profiles every thread "
+                                             "(all_threads=True); profile one thread to record memory",))
+        run._memory = report
+        if diagnosis is not None:
+            diagnosis = _replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
+    except Exception as exc:  # noqa: BLE001 - a memory-stage bug must not cost the run
+        _stats.record("errors")
+        log.warning("neuronscope: the memory report of %r failed: %s", run.name, exc, exc_info=True)
+        run.warnings.append(f"memory report failed: {exc!r}")
+    return diagnosis
 
 
 def _rank_profile(run: Run, trace: Any, options: ProcessOptions) -> dict[str, Any] | None:
@@ -174,7 +227,7 @@ def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callabl
         run.manifest = base_manifest(
             name=run.name,
             device=run.device,
-            status=RunStatus.COMPLETE,
+            status=RunStatus.ERROR if run.error else RunStatus.COMPLETE,
             start_ns=run.start_ns,
             end_ns=run.end_ns,
             error=run.error,
@@ -192,8 +245,16 @@ def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callabl
         if run._diagnosis is not None:
             run.manifest["bound_by"] = run._diagnosis.bound_by
             run.manifest["device_busy_pct"] = round(run._diagnosis.device_busy_pct, 2)
+        if run._memory is not None:
+            run.manifest["memory_peak_bytes"] = run._memory.peak_bytes
+            if run.device == "cuda":
+                from .memory import cuda_memory_facts
+
+                run.manifest.update(cuda_memory_facts())
         if where is not None:
             _write_run_dir(run, segments, trace, where, options)
+            if options.memory == "history" and run.device == "cuda":
+                _dump_history(run, where)
         for sink in list(_sinks):
             try:
                 sink(run)
@@ -206,7 +267,7 @@ def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callabl
         _stats.record("profiled")
         if where is not None:
             mark_complete(where, max_bytes=_retention_bytes())
-        run._finish(RunStatus.COMPLETE)
+        run._finish(RunStatus.ERROR if run.error else RunStatus.COMPLETE)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], where)
     finally:
@@ -226,6 +287,18 @@ def _annotations(run: Run, options: ProcessOptions) -> dict[str, Any]:
             log.warning("neuronscope: explaining the triggered run %r failed: %s", run.name, exc, exc_info=True)
             run.warnings.append(f"trigger explanation failed: {exc!r}")
     return out
+def _dump_history(run: Run, where: Path) -> None:
+    try:
+        from .memory import cuda_memory_facts, dump_history
+
+        snap = dump_history(where)
+        if snap is not None:
+            run.manifest["memory_snapshot"] = snap.name  # open it at https://pytorch.org/memory_viz
+        run.manifest.update(cuda_memory_facts())
+    except Exception as exc:  # noqa: BLE001 - the snapshot is extra
+        _stats.record("errors")
+        log.warning("neuronscope: the CUDA memory snapshot of %r failed: %s", run.name, exc)
+        run.warnings.append(f"memory snapshot failed: {exc!r}")
 
 
 def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> None:
@@ -243,6 +316,8 @@ def _write_run_dir(run: Run, segments: list[Any], trace: Any, run_dir: Path, opt
         summary = run._summary.to_dict()  # type: ignore[union-attr]
         if run._diagnosis is not None:
             summary["diagnosis"] = run._diagnosis.to_dict()
+        if run._memory is not None:
+            summary["memory"] = run._memory.to_dict()
         write_json(run_dir / "summary.json", summary)
         rank_facts = getattr(run, "_rank_profile", None)
         if rank_facts is not None:
@@ -256,7 +331,7 @@ def _write_run_dir(run: Run, segments: list[Any], trace: Any, run_dir: Path, opt
             single = len(segments) == 1 and segments[0].trace is trace and segments[0].results is not None
             t0 = time.perf_counter()
             if single:
-                write_trace(segments[0].results, run_dir / "trace.json.gz", meta)
+                write_trace(segments[0].results, run_dir / "trace.json.gz", meta, saved=segments[0].saved_json)
             else:  # several segments (a capture that nested others): written from the merged model
                 write_trace_model(trace, run_dir / "trace.json.gz", meta)
             log.debug("trace written in %.2f s", time.perf_counter() - t0)

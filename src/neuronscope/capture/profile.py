@@ -54,6 +54,11 @@ class ProfileNeuron:
 
     Create it with :func:`profile_neuron`; arguments are validated here, so a mistake fails
     at decoration time, not on the first request.
+
+    ``memory=True`` also records the allocator (torch's ``profile_memory=True``, which implies
+    it) and makes ``run.memory`` a :class:`~neuronscope.MemoryReport`: the peak, who holds it,
+    growth per step (docs/memory.md). ``memory="history"`` adds, on CUDA, the allocator
+    history as ``memory_snapshot.pickle`` in the run directory (pytorch.org/memory_viz).
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class ProfileNeuron:
         all_threads: bool = False,
         ranks: Any = "all",
         trigger: Any = None,
+        memory: bool | str = False,
         _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -110,6 +116,12 @@ class ProfileNeuron:
         ):
             if not isinstance(value, bool):
                 raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
+        if memory not in (True, False, "history"):
+            raise ConfigurationError(f"profile_neuron(memory={memory!r}): use True, False or \"history\" (CUDA allocator history)")
+        #: the memory stage: None (off), "on", or "history"; profile_memory=True implies "on"
+        self.memory = "history" if memory == "history" else ("on" if (memory or profile_memory) else None)
+        if self.memory:
+            profile_memory = True
         self.name = name
         self.output_dir = output_dir
         self.save_trace = save_trace
@@ -373,6 +385,14 @@ class _Capture:
                 self._raw_dir.mkdir(mode=0o700, exist_ok=True)
         # Elsewhere the run directory is made by the output worker: mkdir and retention scans
         # are syscalls, and each can cost the caller a GIL hand-over (~5 ms) while a worker computes.
+        if spec.memory == "history" and backend.name == "cuda":
+            from .memory import start_history
+
+            start_history()  # the allocator history the run directory's memory_snapshot.pickle holds
+        if spec.memory and backend.name == "neuron":
+            from .memory import neuron_memory_stats
+
+            self.run._neuron_memory = [neuron_memory_stats()]  # type: ignore[attr-defined]  # the device allocator at the start
         session.enter(self)
         self._open = True
         session.mark_capture(self)
@@ -459,6 +479,11 @@ class _Capture:
             _stats.record("errors")
             log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc_stop)
             segments = list(self.segments)
+        neuron_memory = getattr(run, "_neuron_memory", None)
+        if neuron_memory is not None:  # ... and at the end (leave() synchronized the device)
+            from .memory import neuron_memory_stats
+
+            neuron_memory.append(neuron_memory_stats())
         # leave() = torch's stop (+ a restart for an outer capture) + the device exporter:
         # the exporter is ours, the rest torch's.
         torch_ns = time.perf_counter_ns() - t_stop - self._callback_ns
@@ -493,6 +518,7 @@ class _Capture:
             only_own_thread=not self.all_threads,
             extra_manifest=self._rank_manifest(),
             annotate=self.annotate,
+            memory=self.spec.memory,
         )
 
     def _rank_manifest(self) -> dict[str, Any]:

@@ -102,6 +102,9 @@ class Segment:
     all_threads: bool = False  #: the session recorded every thread
     rss_growth: int | None = None  #: process RSS growth over the session (Linux), bytes
     trace: Any = None  #: the segment's trace model, read once for every capture that shares it
+    #: Kineto's JSON of this segment when the memory stage saved it (Kineto saves once: the run
+    #: directory's trace.json.gz is then made from this file); removed with the segment
+    saved_json: Any = None
     _refs: int = field(default=0, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -112,6 +115,12 @@ class Segment:
             if self._refs <= 0:
                 self.results = None
                 self.trace = None
+                if self.saved_json is not None:
+                    try:
+                        os.unlink(self.saved_json)
+                    except OSError:
+                        pass
+                    self.saved_json = None
                 return True
             return False
 

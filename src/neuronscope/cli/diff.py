@@ -62,6 +62,12 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
                                "contributions": [{"kind": "op"|"idle", "name": str,
                                                   "a_us": num, "b_us": num, "delta_us": num}, ...],
                                "steps": null | {...}, "regions": [...]},   # contributions sum to delta_us
+        "memory": null | {"a_bytes": int, "b_bytes": int, "delta_bytes": int,  # the memory peak (both
+                          "contributions": [{"op": str, "region": str,         # runs memory=True):
+                                             "a_bytes": int, "b_bytes": int,   # held at the peak,
+                                             "delta_bytes": int}, ...],        # sum to delta_bytes
+                          "growth_per_step_bytes": {"a": int|null, "b": int|null},
+                          "by_region": [...]},                                 # net bytes per region
         "gate": null | {"fail_if_slower_pct": float, "ops": [str],
                         "passed": bool,
                         "regressions": [{"what": "total"|"op", "name": str,
@@ -89,6 +95,12 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
 
         explanation = explain_diff(src_a.summary, src_b.summary, src_a.diagnosis, src_b.diagnosis)
 
+    memory = None
+    if src_a.memory is not None and src_b.memory is not None:
+        from ..analysis.diff import explain_memory_diff
+
+        memory = explain_memory_diff(src_a.memory, src_b.memory)
+
     if as_json:
         data: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "a": source_json(src_a), "b": source_json(src_b)}
         full = d.to_dict()
@@ -98,6 +110,7 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         data["top"] = top
         data["ops"] = data["ops"][:top] if top else data["ops"]
         data["explanation"] = explanation.to_dict() if explanation is not None else None
+        data["memory"] = memory.to_dict() if memory is not None else None
         data["gate"] = (
             None
             if fail_pct is None
@@ -119,6 +132,11 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
             console.print()
             console.print("[bold]Why:[/bold] where the wall time went (busy time by op, idle time by class)")
             for line in explanation.lines(top=top or 8, labels=d.labels):
+                console.print(line, markup=False, soft_wrap=True)
+        if memory is not None:
+            console.print()
+            console.print("[bold]Memory:[/bold] what each op/region held at the peak")
+            for line in memory.lines(top=top or 8):
                 console.print(line, markup=False, soft_wrap=True)
     if fail_pct is not None:
         err = make_err_console()

@@ -64,6 +64,8 @@ def _apply_run_options(opts: RunOptions) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary at the end (the run directory is still written).")
 @click.option("--op-spans", type=click.Choice(("summary", "events", "none")), default=None, help="OpenTelemetry span mode (default summary; see docs/opentelemetry.md).")
 @click.option("--otlp-endpoint", metavar="URL", default=None, help="Send spans and metrics to this OTLP endpoint (OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf).")
+@click.option("--memory", "memory", flag_value="on", default=None, help="Also record memory: the peak, who holds it, growth per step (run.memory; see docs/memory.md). Profiles the main thread only: torch records no allocations when it follows every thread.")
+@click.option("--memory-history", "memory", flag_value="history", help="--memory, plus the CUDA allocator history as memory_snapshot.pickle (open it at pytorch.org/memory_viz).")
 @click.option("--neuron-inspect", is_flag=True, help="Whole-program capture by the Neuron runtime (NEURON_RT_INSPECT_*) in a child process, instead of torch.profiler.")
 @click.argument("script", metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
@@ -77,6 +79,7 @@ def run(
     op_spans: str | None,
     otlp_endpoint: str | None,
     neuron_inspect: bool,
+    memory: str | None,
     script: str,
     script_args: tuple[str, ...],
 ) -> int:
@@ -87,6 +90,7 @@ def run(
       neuronscope run train.py --epochs 1
       neuronscope run --device cpu --output-dir runs/ examples/rmsnorm.py --steps 5
       neuronscope run -o summary.txt -m mypkg.serve --port 8000
+      neuronscope run --memory train.py   # + the memory peak, who holds it, growth per step
 
     Options go before SCRIPT; everything after it is passed to the script. The script's
     output and exit status are preserved; the summary follows on stdout (or -o FILE).
@@ -102,7 +106,12 @@ def run(
         return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
     try:
         # all_threads: the whole program, and profiles the script opens on any thread nest into it
-        profile = ns.profile_neuron(name=name, output_dir=output_dir, device=device, all_threads=True)
+        # torch records no allocator records when it profiles all threads (torch 2.x), so with
+        # --memory the profile follows the script's main thread only
+        profile = ns.profile_neuron(
+            name=name, output_dir=output_dir, device=device, all_threads=memory is None,
+            memory={"on": True, "history": "history"}.get(memory or "", False),
+        )
     except ns.DeviceUnavailableError as exc:
         raise Failure(f"--device {device}: {exc}") from exc
 
@@ -356,13 +365,13 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
         run_obj.wait(60)
         src = Source(
             label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest),
-            _diagnosis=run_obj.diagnosis,
+            _diagnosis=run_obj.diagnosis, _memory=run_obj.memory, _memory_tried=True,
         )
         out.rule("neuronscope", style="dim")
         out.print(header_renderable(src))
         out.print()
         if src.diagnosis is not None:
-            out.print(diagnosis_renderable(src.diagnosis))
+            out.print(diagnosis_renderable(src.diagnosis, memory=src.memory))
             out.print()
         out.print(summary_renderable(summary, out, top=top or None))
         if run_obj.path is not None:

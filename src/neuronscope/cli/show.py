@@ -45,8 +45,9 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
         "trigger": {"kind": "slow"|"arm", "reason": str, "call_ms": float|null,
                     "threshold_ms": float|null, "key": any},
         "baseline": str|null,            # run directory of the normal call compared with
-        "explanation": null | Explanation   # as in `diff --json`, baseline = A
-      }
+        "explanation": null | Explanation,  # as in `diff --json`, baseline = A
+        "memory": MemoryReport | null    # why memory is high (see docs/memory.md);
+      }                                  # null unless recorded (memory=True)
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
             "self_cpu_time_us": float, "cpu_time_us": float,
@@ -71,7 +72,7 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
     console.print(header_renderable(src))
     console.print()
     if src.diagnosis is not None:
-        console.print(diagnosis_renderable(src.diagnosis))
+        console.print(diagnosis_renderable(src.diagnosis, memory=src.memory))
         console.print()
     console.print(summary_renderable(summary, console, top=top or None, sort=sort))
     if by_region:
@@ -109,6 +110,7 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "warnings": list(s.warnings),
         "notes": list(s.notes),
         "diagnosis": src.diagnosis.to_dict() if src.diagnosis is not None else None,
+        "memory": src.memory.to_dict() if src.memory is not None else None,
     }
     if isinstance(src.manifest.get("trigger"), dict):  # captured on demand (arming, a slow call)
         data["trigger"] = src.manifest["trigger"]

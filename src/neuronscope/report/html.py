@@ -39,6 +39,7 @@ from ..analysis.summary import Summary
 from ..trace.model import EventKind, Trace
 from ._assets import CSS, JS
 from .charts import time_axis_ticks
+from .memory_html import memory_section
 from .sources import Source, as_source
 from ..analysis.text import format_us
 
@@ -475,7 +476,7 @@ def _run_section(source: Source, key: str, top: int, link_base: Path | None, max
     return (
         f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
         f'<div class="cards">{cards}</div>{warnings}{_neuron_device(source, key)}'
-        f"<h3>Why it is slow</h3>{_diagnosis(source, key)}"
+        f"<h3>Why it is slow</h3>{_diagnosis(source, key)}{memory_section(source, key)}"
         f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}"
         f"<h3>Regions</h3>{_regions(s, key)}"
         f"<h3>Timeline</h3>{_timeline(source, key, max_rects, bins)}"

@@ -39,6 +39,9 @@ class Source:
     _trace_loader: Callable[[], Trace | None] | None = None
     _diagnosis: Any = None
     _diagnosis_tried: bool = False
+    _memory: Any = None
+    _memory_tried: bool = False
+    _memory_findings: list[Any] = field(default_factory=list)
 
     @property
     def diagnosis(self) -> Any:
@@ -50,12 +53,31 @@ class Source:
             if trace is not None:
                 from ..analysis.diagnosis import diagnose_trace
 
-                self._diagnosis = diagnose_trace(trace, summary=self.summary, facts=dict(self.manifest))
+                d = diagnose_trace(trace, summary=self.summary, facts=dict(self.manifest))
+                memory = self.memory
+                if memory is not None and self._memory_findings:  # a raw trace with [memory] records
+                    from dataclasses import replace
+
+                    d = replace(d, findings=d.findings + tuple(self._memory_findings), memory_line=memory.headline())
+                self._diagnosis = d
         return self._diagnosis
 
     @diagnosis.setter
     def diagnosis(self, value: Any) -> None:
         self._diagnosis, self._diagnosis_tried = value, True
+
+    @property
+    def memory(self) -> Any:
+        """The :class:`~neuronscope.MemoryReport`: the run's saved one, else computed from a
+        trace that holds ``[memory]`` records (None when there is neither)."""
+        if self._memory is None and not self._memory_tried:
+            self._memory_tried = True
+            trace = self.trace
+            if trace is not None and trace.memory is not None and (len(trace.memory) or trace.memory.oom):
+                from ..analysis.memory import analyse_memory
+
+                self._memory, self._memory_findings = analyse_memory(trace, trace.memory)
+        return self._memory
 
     @property
     def device(self) -> str:
@@ -133,6 +155,8 @@ def _from_run(run: Run) -> Source:
         manifest=dict(run.manifest),
         _trace_loader=load,
         _diagnosis=run._diagnosis,
+        _memory=run._memory,
+        _memory_tried=True,  # a run's memory report is the saved one (or none)
     )
 
 

@@ -184,17 +184,20 @@ def header_renderable(source: Source) -> Text:
 _VERDICT_STYLE = {"device": "green", "host": "yellow", "launch": "yellow", "sync": "red", "data": "yellow", "compile": "magenta"}
 
 
-def diagnosis_renderable(diagnosis: Any, *, findings: int = 3) -> Text:
-    """The verdict lines, then the top findings with the time at stake."""
+def diagnosis_renderable(diagnosis: Any, *, findings: int = 3, memory: Any = None) -> Text:
+    """The verdict lines (the memory one last when memory was recorded), then the top findings
+    with the time at stake."""
     from ..analysis.diagnosis.model import finding_line
 
     text = Text()
     lines = diagnosis.headline()
+    if memory is not None and not diagnosis.memory_line:
+        lines.append(memory.headline())
     style = _VERDICT_STYLE.get(diagnosis.bound_by, "bold")
     for i, line in enumerate(lines):
         if i:
             text.append("\n")
-        text.append(line, style=f"bold {style}" if i == 0 else "")
+        text.append(line, style=f"bold {style}" if i == 0 else ("bold" if line.startswith("memory peak") else ""))
     rest = list(diagnosis.findings[1 : 1 + max(findings - 1, 0)])
     for f in rest:
         text.append("\n  • " + finding_line(f), style="dim" if f.severity == "low" else "")

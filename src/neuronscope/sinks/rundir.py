@@ -121,13 +121,18 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] | None = None) -> Path:
+def write_trace(
+    kineto_results: Any, path: Path, extra_metadata: dict[str, Any] | None = None, *, saved: str | os.PathLike[str] | None = None
+) -> Path:
     """Save the Kineto trace as ``trace.json.gz`` (Kineto's C++ writer, then gzip level 1).
 
     Our metadata goes in while streaming: the file (hundreds of MB for a big profile) is
-    never read into memory.
+    never read into memory. ``saved``: Kineto's JSON already written (by the memory stage);
+    it is gzipped from there and left in place.
     """
     raw = path.with_name("trace.json")
+    if saved is not None and os.path.isfile(saved):
+        return _gzip_trace(Path(saved), path, extra_metadata, remove=False)
     try:
         kineto_results.save(str(raw))
     except RuntimeError as exc:
@@ -139,6 +144,10 @@ def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] 
         if saved is None:
             raise
         shutil.copyfile(saved, raw)
+    return _gzip_trace(raw, path, extra_metadata, remove=True)
+
+
+def _gzip_trace(raw: Path, path: Path, extra_metadata: dict[str, Any] | None, *, remove: bool) -> Path:
     target = path.with_name("trace.json.gz")
     with open(raw, "rb") as src, gzip.open(_private_open_binary(target), "wb", compresslevel=1) as dst:
         first = src.read(1 << 16)
@@ -149,7 +158,8 @@ def write_trace(kineto_results: Any, path: Path, extra_metadata: dict[str, Any] 
             first = first[: brace + 1] + extra.encode() + first[brace + 1 :]
         dst.write(first)
         shutil.copyfileobj(src, dst, 1 << 20)
-    raw.unlink()
+    if remove:
+        raw.unlink()
     return target
 
 
@@ -239,6 +249,13 @@ def load_run(path: str | os.PathLike[str]):
             run._summary = Summary.from_dict(data)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise TraceLoadError(f"{summary_file}: unreadable summary: {exc!r}") from exc
+        if isinstance(data.get("memory"), dict):
+            from ..analysis.memory_model import MemoryReport
+
+            try:
+                run._memory = MemoryReport.from_dict(data["memory"])
+            except (ValueError, TypeError, KeyError) as exc:
+                run.warnings.append(f"unreadable memory report in {summary_file}: {exc!r}")
         if isinstance(data.get("diagnosis"), dict):
             from ..analysis.diagnosis.model import Diagnosis
 

@@ -267,6 +267,42 @@ class EmulatedNeuron:
         self.extension.set_verbose(bool(value))
         self._verbose = bool(value)
 
+    # -- device memory ------------------------------------------------------------------
+    def allocate(self, nbytes: int, *, reserve: int | None = None) -> None:
+        """Move the emulated device allocator (``torch.neuron.memory_stats()``) up by
+        ``nbytes`` (and its reserved bytes to at least ``reserve``, default the allocated)."""
+        from ._fake_torch_neuronx import DEVICE_MEMORY as m
+
+        m["allocated_bytes.all.current"] += int(nbytes)
+        m["allocated_bytes.all.peak"] = max(m["allocated_bytes.all.peak"], m["allocated_bytes.all.current"])
+        m["reserved_bytes.all.current"] = max(m["reserved_bytes.all.current"], int(reserve or 0), m["allocated_bytes.all.current"])
+        m["reserved_bytes.all.peak"] = max(m["reserved_bytes.all.peak"], m["reserved_bytes.all.current"])
+
+    def free(self, nbytes: int) -> None:
+        """Move the emulated device allocator down by ``nbytes`` (reserved bytes stay, as in a caching allocator)."""
+        from ._fake_torch_neuronx import DEVICE_MEMORY as m
+
+        m["allocated_bytes.all.current"] = max(m["allocated_bytes.all.current"] - int(nbytes), 0)
+
+    def out_of_memory(self, nbytes: int, *, usage: str = "tensors", device: int = 0, core: int = 0,
+                      categories: dict[str, int] | None = None, directory: str | os.PathLike[str] | None = None) -> RuntimeError:
+        """What the Neuron runtime does when an allocation fails, as the Neuron docs describe it
+        ("Neuron device memory", Out-of-memory (OOM) Errors): write the per-category HBM table to
+        ``neuron_mem_table_device_<device>_hbm_<idx>.log`` (in ``directory``,
+        ``$NEURONSCOPE_NEURON_MEM_TABLE_DIR`` or ``/tmp``, as the runtime does) and return the
+        error to raise, whose message is the runtime's ``Failed to allocate ...`` line.
+        ``categories``: bytes per column (the documented column names); default: the
+        allocator's current bytes as ``Tensors`` plus 96 MB of ``Model Code``."""
+        from ._fake_torch_neuronx import DEVICE_MEMORY
+
+        where = Path(directory or os.environ.get("NEURONSCOPE_NEURON_MEM_TABLE_DIR") or "/tmp")
+        cats = dict(categories or {"Model Code": 96 << 20, "Tensors": DEVICE_MEMORY["allocated_bytes.all.current"]})
+        failed = f"Failed to allocate {_size(nbytes)} (alignment: none, usage: {usage}) on ND {device}:NC {core}"
+        text = _mem_table(failed, device, core, cats)
+        path = where / f"neuron_mem_table_device_{device}_hbm_{core // 2}.log"
+        path.write_text(text, encoding="utf-8")
+        return RuntimeError(f"ERROR  TDRV:log_dev_mem  {failed}")
+
     def last_session_info(self) -> dict[str, str]:
         """Counts from the last processed session (``leaf_ops``, ``executions``,
         ``events_dropped``, ``activities``, ``session_dir``, ``layout``)."""
@@ -277,6 +313,53 @@ class EmulatedNeuron:
             f"EmulatedNeuron(layout={self._layout!r}, device_time_ratio={self._ratio!r}, "
             f"attribution={self._attribution!r}, build_dir={str(self.build_dir)!r})"
         )
+
+
+#: the OOM table's columns, in the order the Neuron docs' example shows them (device-memory page)
+_MEM_TABLE_COLUMNS = (
+    ("", "TOTAL"), ("Model", "Code"), ("Model", "Constants"), ("", "Tensors"), ("Shared", "Scratchpad"), ("", "Scratchpad"),
+    ("", "Runtime"), ("DMA Rings", "IO"), ("DMA Rings", "Spill"), ("DMA Rings", "Collectives"), ("DMA Rings", "Runtime"),
+    ("", "Collectives"), ("", "XT CC"), ("Profiler", "Buffers"),
+)
+
+
+def _size(n: int) -> str:
+    """The runtime's sizes: three decimals and B/KB/MB/GB (read back as powers of 1024)."""
+    v = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if v < 1024 or unit == "GB":
+            return f"{v:.3f}{unit}"
+        v /= 1024
+    return f"{v:.3f}GB"  # pragma: no cover
+
+
+def _mem_table(failed: str, device: int, core: int, cats: dict[str, int]) -> str:
+    names = [f"{a} {b}".strip() for a, b in _MEM_TABLE_COLUMNS]
+    known = {n.lower(): n for n in names}
+    values = {known.get(k.lower(), k): int(v) for k, v in cats.items()}
+    total = sum(values.values())
+    cell = lambda s: f"{s:^10}"  # noqa: E731
+    head1 = "              |" + "|".join(cell(a) for a, _ in _MEM_TABLE_COLUMNS) + "|"
+    head2 = "              |" + "|".join(cell(b) for _, b in _MEM_TABLE_COLUMNS) + "|"
+
+    def row(label: str) -> str:
+        cells = [_size(total)] + [_size(values.get(n, 0)) for n in names[1:]]
+        return f"{label:<14}|" + "|".join(cell(c) for c in cells) + "|"
+
+    stamp = "2025-May-15 20:58:33.897479 224822:224822 ERROR  TDRV:"
+    return "\n".join([
+        f"{stamp}log_dev_mem                             {failed}",
+        f"{stamp}log_dev_mem_usage_table                 Displaying Current Memory Utilization:",
+        "(NOTE: the lines are LONG, and NEFF id to name mapping is printed after)",
+        "",
+        head1,
+        head2,
+        row(f"ND {device} Overall"),
+        row(f"\\_NC {core}"),
+        "",
+        "NEFF id to name mapping:",
+        "",
+    ])
 
 
 def install_fake_neuron_explorer(bin_dir: str | os.PathLike[str]) -> Path:

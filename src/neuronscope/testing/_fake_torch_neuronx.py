@@ -41,6 +41,15 @@ _ENCODE = {c: f"%{ord(c):02X}" for c in "%#=;\n\r"}
 _NC_LIST = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 
+#: the emulated device allocator (torch.neuron.memory_stats()); EmulatedNeuron.allocate/free move it
+DEVICE_MEMORY: dict[str, int] = {
+    "allocated_bytes.all.current": 0,
+    "allocated_bytes.all.peak": 0,
+    "reserved_bytes.all.current": 0,
+    "reserved_bytes.all.peak": 0,
+}
+
+
 def _encode(value: Any) -> str:
     return "".join(_ENCODE.get(c, c) for c in str(value))
 
@@ -70,7 +79,22 @@ def make_device_module() -> types.ModuleType:
         """Always core 0."""
         return 0
 
-    for fn in (synchronize, is_available, device_count, current_device):
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        """The emulated device allocator's totals, in PyTorch's accelerator allocator keys
+        (``allocated_bytes.all.current`` / ``.peak``, ``reserved_bytes.all.current`` / ``.peak``).
+        The emulator holds no tensors: the values are what the test set with
+        ``EmulatedNeuron.allocate()`` / ``.free()``."""
+        return dict(DEVICE_MEMORY)
+
+    def memory_allocated(device: Any = None) -> int:
+        """``allocated_bytes.all.current`` of :func:`memory_stats`."""
+        return DEVICE_MEMORY["allocated_bytes.all.current"]
+
+    def max_memory_allocated(device: Any = None) -> int:
+        """``allocated_bytes.all.peak`` of :func:`memory_stats`."""
+        return DEVICE_MEMORY["allocated_bytes.all.peak"]
+
+    for fn in (synchronize, is_available, device_count, current_device, memory_stats, memory_allocated, max_memory_allocated):
         fn.__module__ = mod.__name__
         setattr(mod, fn.__name__, fn)
     setattr(mod, EMULATOR_MARKER, True)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TraceLoadError
 from .kinds import DEVICE_PROCESS, activity_kind, device_label
+from .memory import MEMORY_EVENT, OOM_EVENT, MemoryRecords
 from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["load_trace", "parse_trace_bytes"]
@@ -43,6 +44,13 @@ class _Args(msgspec.Struct):
     labels: str | None = None  # metadata events: process_labels
     input_dims: Any = msgspec.field(name="Input Dims", default=None)  # record_shapes=True
     input_type: Any = msgspec.field(name="Input type", default=None)
+    # [memory] records (profile_memory=True)
+    mem_bytes: int = msgspec.field(name="Bytes", default=0)
+    mem_addr: int = msgspec.field(name="Addr", default=-1)
+    mem_total_allocated: int = msgspec.field(name="Total Allocated", default=-1)
+    mem_total_reserved: int = msgspec.field(name="Total Reserved", default=-1)
+    mem_device_type: int = msgspec.field(name="Device Type", default=0)
+    mem_device_id: int = msgspec.field(name="Device Id", default=-1)
 
 
 class _Event(msgspec.Struct):
@@ -321,6 +329,9 @@ class _Columns:
         self.runtime_names: set[str] = set()
         self.device_cats: set[str] = set()
         self.saw_device = self.saw_neuron = False
+        # allocator records ([memory] instant events), columns like the events'
+        self.mem = {k: array("q") for k in ("time_ns", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device_id", "thread")}
+        self.oom: list[tuple[int, int, int, int]] = []
 
     def add(self, events: list[_Event]) -> None:
         other, op_kind, region = EventKind.OTHER, EventKind.OP, EventKind.REGION
@@ -333,7 +344,9 @@ class _Columns:
         n = len(self.kind)
         for ev in events:
             if ev.ph != "X":
-                if ev.ph == "M" and ev.args is not None:
+                if ev.ph == "i" and ev.args is not None and ev.name in (MEMORY_EVENT, OOM_EVENT):
+                    self._memory_record(ev)
+                elif ev.ph == "M" and ev.args is not None:
                     if "neuron" in f"{ev.args.name} {ev.args.labels}".lower():
                         self.saw_neuron = True
                     if ev.name == "process_name" and ev.args.name and DEVICE_PROCESS.match(ev.args.name):
@@ -390,6 +403,32 @@ class _Columns:
             category(cid)
             n += 1
 
+    def _memory_record(self, ev: _Event) -> None:
+        a = ev.args
+        assert a is not None
+        t = round(ev.ts * 1000.0)  # baseTimeNanoseconds is added in finish()
+        if ev.name == OOM_EVENT:
+            self.oom.append((t, a.mem_bytes, a.mem_device_type, a.mem_device_id))
+            return
+        key = (ev.pid, ev.tid)
+        tid = self.threads.get(key)
+        if tid is None:
+            tid = self.threads[key] = len(self.threads)
+        m = self.mem
+        for column, value in (
+            ("time_ns", t), ("bytes", a.mem_bytes), ("addr", a.mem_addr), ("total_allocated", a.mem_total_allocated),
+            ("total_reserved", a.mem_total_reserved), ("device_type", a.mem_device_type),
+            ("device_id", a.mem_device_id), ("thread", tid),
+        ):
+            m[column].append(value)
+
+    def _memory(self, base: int) -> MemoryRecords | None:
+        if not len(self.mem["time_ns"]) and not self.oom:
+            return None
+        cols = {k: _int64(v) for k, v in self.mem.items()}
+        cols["time_ns"] = cols["time_ns"] + base
+        return MemoryRecords.build(oom=tuple((t + base, b, dt, di) for t, b, dt, di in self.oom), **cols)
+
     def _shared_inputs(self, dims: Any, types: Any) -> tuple[list, list]:
         """One (shapes, dtypes) object per distinct signature: a loop records the same shapes
         thousands of times, and a list per event would cost ~700 bytes each."""
@@ -443,6 +482,7 @@ class _Columns:
             category=_int64(self.category),
             categories=categories,
             inputs=self.inputs,
+            memory=self._memory(base),
         )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class Trace:
     category: np.ndarray | None = None
     categories: tuple[str, ...] = ("",)
     inputs: dict = field(default_factory=dict)  #: event position -> (shapes, dtypes)
+    #: allocator records (``[memory]`` events, a :class:`~.memory.MemoryRecords`) read with a saved
+    #: trace file; None when it has none (live captures hand them to the memory stage directly)
+    memory: Any = None
 
     def __post_init__(self) -> None:
         if self.category is None:
@@ -153,6 +156,7 @@ class Trace:
         metadata: dict | None = None,
         categories: list[str] | None = None,
         inputs: dict | None = None,
+        memory: Any = None,
     ) -> "Trace":
         """Build a trace from per-event Python lists (``names`` and ``categories`` per event,
         interned here)."""
@@ -178,6 +182,7 @@ class Trace:
             category=_int64(cat_id) if cat_id is not None else None,
             categories=tuple(cat_table),
             inputs=dict(inputs or {}),
+            memory=memory,
         )
 
     @classmethod

@@ -271,6 +271,9 @@ class Diagnosis:
     findings: tuple[Finding, ...] = ()  #: most time at stake first
     notes: tuple[str, ...] = ()  #: what could not be diagnosed and how to enable it
     timeline_data: Timeline | None = None
+    #: the memory verdict (``memory peak 1.2 GiB at aten::mm in forward/attn; +30 MiB per step``)
+    #: when the run recorded memory; the last line of :meth:`headline`
+    memory_line: str | None = None
 
     @property
     def window_us(self) -> float:
@@ -309,6 +312,7 @@ class Diagnosis:
             "findings": [f.to_dict() for f in self.findings],
             "notes": list(self.notes),
             "timeline_data": None if self.timeline_data is None else self.timeline_data.to_dict(),
+            **({"memory_line": self.memory_line} if self.memory_line else {}),
         }
 
     @classmethod
@@ -331,6 +335,7 @@ class Diagnosis:
             findings=tuple(Finding.from_dict(f) for f in d.get("findings", ())),
             notes=tuple(str(n) for n in d.get("notes", ())),
             timeline_data=None if tl is None else Timeline.from_dict(tl),
+            memory_line=d.get("memory_line"),
         )
 
 
@@ -400,4 +405,5 @@ def headline_lines(d: "Diagnosis") -> list[str]:
         g = d.gaps.top[0]
         src = f" at {g.source}" if g.source else ""
         lines.append(f"longest gap {format_us(g.duration_us)} ({g.cls}){src}")
-    return lines[:5]
+    # the memory verdict comes last, whatever the time verdict took
+    return lines[:5] + ([d.memory_line] if d.memory_line else [])

@@ -63,6 +63,7 @@ DIAGNOSIS_RUNS = "neuronscope.diagnosis.runs"
 STEP_DURATION = "neuronscope.step.duration"
 #: calls profiled on demand, by ``neuronscope.trigger.kind``: arm, slow, baseline (bounded labels)
 TRIGGERED_CALLS = "neuronscope.profile.triggered"
+MEMORY_PEAK = "neuronscope.memory.peak"
 
 #: OpenTelemetry name -> the series Prometheus holds (opentelemetry-exporter-prometheus and
 #: Prometheus' OTLP receiver agree on these: unit suffix, ``_total`` on counters, ``1`` -> none).
@@ -73,6 +74,7 @@ PROMETHEUS_NAMES = {
     DEVICE_BUSY: "neuronscope_device_busy",
     DIAGNOSIS_RUNS: "neuronscope_diagnosis_runs_total",
     STEP_DURATION: "neuronscope_step_duration_seconds",
+    MEMORY_PEAK: "neuronscope_memory_peak_bytes",
 }
 
 # Bucket boundaries. The SDK's default ([0, 5, 10, ... 10000]) is made for milliseconds and
@@ -81,6 +83,8 @@ PROMETHEUS_NAMES = {
 OP_TIME_BUCKETS_S = (1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 # Profiled calls and steps: 0.5 ms .. 60 s.
 DURATION_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Memory peak of a profiled call (memory=True): 1 MiB .. 1 TiB, by powers of 4.
+MEMORY_BUCKETS_BYTES = tuple(float(1 << (20 + 2 * i)) for i in range(11))
 UTILIZATION_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 
 
@@ -91,6 +95,7 @@ class _Instruments:
     utilization: Any
     diagnosis_runs: Any
     step_time: Any
+    memory_peak: Any
     takes_context: bool  # API >= 1.27: record(..., context=) -> exemplars with the run's trace id
 
 
@@ -129,6 +134,9 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             meter, DEVICE_BUSY, "1", "Fraction of a profiled call's window the device was busy", UTILIZATION_BUCKETS
         )
         step_time = _histogram(meter, STEP_DURATION, "s", "Wall-clock duration of the steps of profiled calls", DURATION_BUCKETS_S)
+        memory_peak = _histogram(
+            meter, MEMORY_PEAK, "By", "Peak allocated memory of profiled calls recorded with memory=True", MEMORY_BUCKETS_BYTES
+        )
         diagnosis_runs = meter.create_counter(
             DIAGNOSIS_RUNS, unit="{run}", description="Diagnosed profiles by what bound them (device, host, launch, sync, data, compile)"
         )
@@ -147,7 +155,7 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             description="Calls profiled on demand, by trigger kind: arm (ns.arm / neuronscope arm), slow (a SlowCalls trigger), baseline",
         )
         takes_context = "context" in inspect.signature(op_time.record).parameters
-        found = _Instruments(op_time, duration, utilization, diagnosis_runs, step_time, takes_context)
+        found = _Instruments(op_time, duration, utilization, diagnosis_runs, step_time, memory_peak, takes_context)
         _instruments[key] = (_ref(meter_provider), found)
         return found
 
@@ -252,6 +260,9 @@ def record_run_metrics(run: "Run", meter_provider: Any, top_ops: int = DEFAULT_T
     if summary is not None:
         for name, seconds in _cardinality.ops(run.device, profile, summary.rows, top_ops):
             inst.op_time.record(seconds, base | {"neuronscope.op.name": name}, **kw)
+    memory = getattr(run, "_memory", None)  # profile_neuron(memory=True)
+    if memory is not None and memory.allocations:
+        inst.memory_peak.record(int(memory.peak_bytes), base | {"neuronscope.memory.device": memory.device}, **kw)
     diagnosis = getattr(run, "_diagnosis", None)  # set by the analysis when it ran; else None
     if diagnosis is None:
         return

@@ -87,6 +87,7 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
         attrs["neuronscope.raw.explorer_command"] = _cap(raw["explorer_command"])
     attrs.update(neuron_device_attributes(raw))
     attrs.update(diagnosis_attributes(run._diagnosis))
+    attrs.update(memory_attributes(run._memory))
     from .distributed import rank_attributes
 
     attrs.update(rank_attributes(run.manifest))  # a rank of a torchrun job: rank, world size, job id
@@ -137,6 +138,27 @@ _NEURON_METRICS = (
     "total_time_s", "mfu_percent", "hfu_percent", "mbu_percent", "dma_mbu_percent", "dma_active_time_s",
     "dma_active_percent", "cc_active_percent", "hbm_read_bytes", "spill_reload_bytes", "throttle_active_percent",
 )
+
+
+def memory_attributes(memory: Any) -> dict[str, Any]:
+    """The memory verdict (profile_neuron(memory=True)): peak, growth and who holds the peak."""
+    if memory is None:
+        return {}
+    attrs: dict[str, Any] = {
+        "neuronscope.memory.device": memory.device,
+        "neuronscope.memory.peak_bytes": int(memory.peak_bytes),
+        "neuronscope.memory.growth_bytes": int(memory.growth_bytes),
+    }
+    if memory.growth_per_step_bytes is not None:
+        attrs["neuronscope.memory.growth_per_step_bytes"] = int(memory.growth_per_step_bytes)
+    top = memory.top
+    if top is not None:
+        attrs["neuronscope.memory.peak_op"] = _cap(top.op)
+        attrs["neuronscope.memory.peak_region"] = _cap(top.region)
+        attrs["neuronscope.memory.peak_op_bytes"] = int(top.bytes)
+    if memory.oom:
+        attrs["neuronscope.memory.oom"] = True
+    return attrs
 
 
 def diagnosis_attributes(diagnosis: Any) -> dict[str, Any]:

@@ -1,0 +1,548 @@
+"""Memory: why is memory high — a pure, vectorised stage over the trace model.
+
+Input: the trace model (ops, regions, python frames) and the allocator records
+(:class:`~neuronscope.trace.memory.MemoryRecords`). Output: a
+:class:`~.memory_model.MemoryReport` and the memory findings. No per-record Python:
+
+* allocations are paired with their frees **by address** (sort by address, then time: a
+  free pairs with the allocation just before it at that address); a free with no
+  allocation before it is a block allocated before the window (its size is known, so the
+  window's start level includes it and nothing goes negative);
+* each record is attributed to the innermost CPU event around it on its thread (one
+  ``searchsorted`` over the nesting order, then a few vectorised steps up the parents),
+  and from there to the op the user's code called, the region path and the user's
+  ``file:line``;
+* steps are the diagnosis' steps (``ProfilerStep``, ``ns.step()``, repeated regions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..trace.kinds import EventKind
+from ..trace.memory import DEVICE_TYPES, MemoryRecords
+from ..trace.model import Trace
+from .diagnosis.model import Finding
+from .memory_model import MemoryGroup, MemoryHolder, MemoryReport, MemoryStep, format_bytes
+
+__all__ = ["analyse_memory", "memory_findings", "neuron_device_report"]
+
+BEFORE = "(before the profile)"
+NO_OP = "(no op)"
+TOP_HOLDERS = 20
+TOP_GROUPS = 50
+TIMELINE_POINTS = 1000
+MAX_STEPS_SAVED = 1000
+_TIME_BITS = 44
+MiB = 1 << 20
+
+
+def analyse_memory(
+    trace: Trace,
+    records: MemoryRecords,
+    *,
+    steps: tuple[str, np.ndarray, np.ndarray] | None = None,
+    error: str | None = None,
+    device_facts: dict[str, Any] | None = None,
+) -> tuple[MemoryReport, list[Finding]]:
+    """The memory report of one run and its findings. ``steps``: (source, starts, ends) as the
+    diagnosis found them (found here when not given); ``error``: the exception type the
+    profiled code raised (an out-of-memory error gets its own finding)."""
+    facts = dict(device_facts or {})
+    device, rec = _primary_device(trace, records)
+    n = len(rec)
+    notes: list[str] = []
+    oom = _oom_facts(records, error, device)
+    if n == 0:
+        report = MemoryReport(device=device, peak_bytes=0, peak_at_ns=0, start_bytes=0, end_bytes=0, growth_bytes=0,
+                              device_facts=facts, oom=oom, notes=("no allocator records: was profile_memory on?",))
+        return report, _oom_finding(report, [])
+    t, b = rec.time_ns, rec.bytes
+    is_alloc = b > 0
+    is_free = b < 0
+
+    # --- pair allocations and frees by address ------------------------------------------
+    idx = np.arange(n, dtype=np.int64)
+    by_addr = np.lexsort((idx, rec.addr))
+    prev, cur = by_addr[:-1], by_addr[1:]
+    pair = (rec.addr[prev] == rec.addr[cur]) & is_alloc[prev] & is_free[cur]
+    free_of = np.full(n, -1, dtype=np.int64)  # alloc -> its free
+    free_of[prev[pair]] = cur[pair]
+    freed_pair = np.zeros(n, dtype=bool)
+    freed_pair[cur[pair]] = True
+    orphan_free = is_free & ~freed_pair  # allocated before the window
+    pre_bytes = int(-b[orphan_free].sum())
+
+    # --- allocated bytes over time --------------------------------------------------------
+    level = pre_bytes + np.cumsum(b)
+    absolute = device != "cpu" and bool((rec.total_allocated >= 0).all()) and bool(rec.total_allocated.any())
+    if absolute:  # the allocator's own total: includes what was allocated before the window
+        level = rec.total_allocated.astype(np.int64)
+        start = int(level[0] - b[0])
+    else:
+        start = pre_bytes
+    k = int(np.argmax(level))
+    peak, peak_at = int(level[k]), int(t[k])
+    end = int(level[-1])
+
+    # --- who: op / region / source of every record ---------------------------------------
+    op_id, path_id, src_id, path_names, labels = _attribute(trace, rec)
+
+    # --- at the peak -----------------------------------------------------------------------
+    alive = is_alloc & (idx <= k) & ((free_of < 0) | (free_of > k))
+    holders = _group_holders(alive, b, op_id, path_id, src_id, labels, path_names)
+    held_before = int(-b[orphan_free & (idx > k)].sum()) if not absolute else peak - int(b[alive].sum())
+    if held_before > 0:
+        holders.append(MemoryHolder(BEFORE, "", None, held_before, int((orphan_free & (idx > k)).sum())))
+    holders.sort(key=lambda h: -h.bytes)
+
+    # --- by op / region ---------------------------------------------------------------------
+    freed_alloc = is_alloc & (free_of >= 0)
+    by_op = _groups(op_id, is_alloc, freed_alloc, b, lambda i: labels[i] if i >= 0 else NO_OP)
+    by_region = _groups(path_id, is_alloc, freed_alloc, b, lambda i: path_names[i])
+
+    # --- steps --------------------------------------------------------------------------------
+    if steps is None:
+        steps = _find_steps(trace)
+    step_list: list[MemoryStep] = []
+    growth_per_step = None
+    steps_source = None
+    s_growth = np.zeros(0, dtype=np.int64)
+    s_start = s_end = np.zeros(0, dtype=np.int64)
+    if steps is not None and len(steps[1]):
+        steps_source, s_start, s_end = steps[0], np.asarray(steps[1], np.int64), np.asarray(steps[2], np.int64)
+        padded = np.concatenate(([start], level))
+        lo = np.searchsorted(t, s_start, side="left")
+        hi = np.searchsorted(t, s_end, side="right")
+        before, after = padded[lo], padded[hi]
+        s_growth = after - before
+        s_peak = before.copy()
+        nonempty = hi > lo
+        if nonempty.any():
+            red = np.maximum.reduceat(level, np.minimum(lo, n - 1))
+            s_peak = np.where(nonempty, np.maximum(before, red), before)
+        growth_per_step = int(np.median(s_growth))
+        keep = np.arange(s_start.size)
+        if keep.size > MAX_STEPS_SAVED:
+            keep = np.sort(np.argsort(-s_peak, kind="stable")[:MAX_STEPS_SAVED])
+        step_list = [MemoryStep(int(i), int(s_start[i]), int(s_peak[i]), int(s_growth[i])) for i in keep.tolist()]
+
+    reserved = rec.total_reserved
+    peak_reserved = int(reserved.max()) if device != "cpu" and reserved.size and int(reserved.max()) > 0 else None
+    if not (trace.kind == EventKind.PYTHON).any():
+        notes.append("no source lines: profile with with_stack=True to get file:line for what holds the memory")
+    report = MemoryReport(
+        device=device,
+        peak_bytes=peak,
+        peak_at_ns=peak_at,
+        start_bytes=start,
+        end_bytes=end,
+        growth_bytes=end - start,
+        at_peak=tuple(holders[:TOP_HOLDERS]),
+        by_op=tuple(by_op[:TOP_GROUPS]),
+        by_region=tuple(by_region[:TOP_GROUPS]),
+        steps=tuple(step_list),
+        growth_per_step_bytes=growth_per_step,
+        steps_source=steps_source,
+        timeline=_timeline(t, level, k),
+        peak_reserved_bytes=peak_reserved,
+        allocations=int(is_alloc.sum()),
+        frees=int(is_free.sum()),
+        device_facts=facts,
+        oom=oom,
+        notes=tuple(notes),
+    )
+    ctx = _Ctx(rec, is_alloc, free_of, op_id, path_id, labels, path_names, s_start, s_end, s_growth, level)
+    return report, memory_findings(report, ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+def _primary_device(trace: Trace, records: MemoryRecords) -> tuple[str, MemoryRecords]:
+    """The accelerator's records when there are any, else the host's."""
+    if not len(records):
+        return (trace.device, records)
+    types = np.unique(records.device_type)
+    accel = [int(x) for x in types.tolist() if x not in (0, -1)]
+    if not accel:
+        return ("cpu", records)
+    code = max(accel, key=lambda c: int((records.device_type == c).sum()))
+    return (DEVICE_TYPES.get(code, trace.device if trace.device != "cpu" else f"device{code}"), records.select(records.device_type == code))
+
+
+def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
+    """Per record: op label id (-1: none), region path id (0: none), source label id (-1).
+    Returns the ids and the two string tables (labels: ops and sources; path_names)."""
+    from .diagnosis.categories import user_frame
+    from .nesting import nest
+
+    n = len(rec)
+    none = np.full(n, -1, dtype=np.int64)
+    cpu_kinds = np.isin(trace.kind, [int(EventKind.OP), int(EventKind.REGION), int(EventKind.PYTHON)])
+    pos = np.flatnonzero(cpu_kinds)
+    path_names = [""]
+    labels: list[str] = []
+    if not pos.size:
+        return none, np.zeros(n, dtype=np.int64), none, path_names, labels
+    start = trace.start_ns[pos]
+    end = start + trace.duration_ns[pos]
+    thread = trace.thread[pos]
+    nst = nest(thread, start, end)
+    order, parent, depth = nst.order, nst.parent, nst.depth
+    o_pos = pos[order]
+    kind = trace.kind[o_pos]
+    name = trace.name_id[o_pos]
+    names = trace.names
+    is_step = np.array([nm.startswith("ProfilerStep#") for nm in names], dtype=bool)[name]
+    is_region = (kind == int(EventKind.REGION)) & ~is_step
+    is_op = kind == int(EventKind.OP)
+    is_py = kind == int(EventKind.PYTHON)
+    frame_of_name = {}
+    if is_py.any():
+        for nid in np.unique(name[is_py]).tolist():
+            f = user_frame(names[nid])
+            if f is not None:
+                frame_of_name[nid] = f
+    user_py = is_py & np.isin(name, list(frame_of_name)) if frame_of_name else np.zeros(name.size, dtype=bool)
+    label_id: dict[str, int] = {}
+
+    def label(s: str) -> int:
+        return label_id.setdefault(s, len(label_id))
+
+    name_label = np.full(len(names), -1, dtype=np.int64)
+    for nid in np.unique(name[is_op]).tolist():
+        name_label[nid] = label(names[nid])
+    frame_label = np.full(len(names), -1, dtype=np.int64)
+    for nid, f in frame_of_name.items():
+        frame_label[nid] = label(f)
+
+    m = o_pos.size
+    path_of = np.zeros(m, dtype=np.int64)
+    top_op = np.full(m, -1, dtype=np.int64)
+    src = np.full(m, -1, dtype=np.int64)
+    path_index: dict[tuple[int, int], int] = {}
+    for d in range(int(depth.max()) + 1 if m else 0):
+        lvl = np.flatnonzero(depth == d)
+        par = parent[lvl]
+        has_par = par >= 0
+        pp = np.where(has_par, path_of[np.maximum(par, 0)], 0)
+        pt = np.where(has_par, top_op[np.maximum(par, 0)], -1)
+        ps = np.where(has_par, src[np.maximum(par, 0)], -1)
+        # regions open a new path and reset the op; ops keep the outermost op; frames set the source
+        reg = is_region[lvl]
+        new_path = pp.copy()
+        if reg.any():
+            keys = pp[reg] * len(names) + name[lvl][reg]
+            uniq, inv = np.unique(keys, return_inverse=True)
+            ids = []
+            for key in uniq.tolist():
+                parent_path, nid = divmod(key, len(names))
+                pk = (parent_path, nid)
+                if pk not in path_index:
+                    base = path_names[parent_path]
+                    path_index[pk] = len(path_names)
+                    path_names.append(f"{base}/{names[nid]}" if base else names[nid])
+                ids.append(path_index[pk])
+            new_path[reg] = np.asarray(ids, dtype=np.int64)[inv.reshape(-1)]
+        path_of[lvl] = new_path
+        op_here = is_op[lvl]
+        top_op[lvl] = np.where(reg, -1, np.where(op_here & (pt < 0), name_label[name[lvl]], pt))
+        src[lvl] = np.where(user_py[lvl], frame_label[name[lvl]], ps)
+
+    # innermost node around each record on its thread
+    _, dense = np.unique(np.concatenate([thread, rec.thread]), return_inverse=True)
+    dense = dense.reshape(-1).astype(np.int64)
+    d_nodes, d_rec = dense[: thread.size][order], dense[thread.size :]
+    t0 = int(min(int(start.min()), int(rec.time_ns.min())))
+    key_nodes = (d_nodes << _TIME_BITS) + (start[order] - t0)
+    key_rec = (d_rec << _TIME_BITS) + (rec.time_ns - t0)
+    j = np.searchsorted(key_nodes, key_rec, side="right") - 1
+    o_end = end[order]
+    ok = j >= 0
+    jj = np.maximum(j, 0)
+    ok &= d_nodes[jj] == d_rec
+    for _ in range(int(depth.max()) + 2 if m else 0):
+        outside = ok & (o_end[jj] < rec.time_ns)
+        if not outside.any():
+            break
+        up = parent[jj[outside]]
+        jj[outside] = np.maximum(up, 0)
+        ok[np.flatnonzero(outside)[up < 0]] = False
+    op_id = np.where(ok, top_op[jj], -1)
+    path_id = np.where(ok, path_of[jj], 0)
+    src_id = np.where(ok, src[jj], -1)
+    return op_id, path_id, src_id, path_names, list(label_id)
+
+
+def _group_holders(mask, b, op_id, path_id, src_id, labels, path_names) -> list[MemoryHolder]:
+    sel = np.flatnonzero(mask)
+    if not sel.size:
+        return []
+    n_lab = len(labels) + 1
+    key = ((op_id[sel] + 1) * len(path_names) + path_id[sel]) * n_lab + (src_id[sel] + 1)
+    uniq, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
+    total = np.bincount(inv, weights=b[sel].astype(np.float64))
+    count = np.bincount(inv)
+    out = []
+    for u, tb, c in zip(uniq.tolist(), total.tolist(), count.tolist()):
+        rest, s = divmod(u, n_lab)
+        o, p = divmod(rest, len(path_names))
+        out.append(MemoryHolder(labels[o - 1] if o > 0 else NO_OP, path_names[p], labels[s - 1] if s > 0 else None, int(tb), int(c)))
+    return out
+
+
+def _groups(ids, is_alloc, freed_alloc, b, name_of) -> list[MemoryGroup]:
+    sel = np.flatnonzero(is_alloc)
+    if not sel.size:
+        return []
+    uniq, inv = np.unique(ids[sel], return_inverse=True)
+    inv = inv.reshape(-1)
+    alloc = np.bincount(inv, weights=b[sel].astype(np.float64))
+    freed = np.bincount(inv, weights=np.where(freed_alloc[sel], b[sel], 0).astype(np.float64), minlength=uniq.size)
+    count = np.bincount(inv)
+    out = [
+        MemoryGroup(name_of(int(u)), int(a), int(f), int(a - f), int(c))
+        for u, a, f, c in zip(uniq.tolist(), alloc.tolist(), freed.tolist(), count.tolist())
+    ]
+    out.sort(key=lambda g: (-g.net_bytes, -g.allocated_bytes))
+    return out
+
+
+def neuron_device_report(
+    host: MemoryReport, host_findings: list[Finding], facts: dict[str, Any], *, error: str | None, start_ns: int, end_ns: int
+) -> tuple[MemoryReport, list[Finding]]:
+    """The report of a Neuron run whose profile holds no device allocator records: from the
+    device allocator's totals at the start and the end (``torch.neuron.memory_stats()``) and,
+    after an out-of-memory error, the runtime's HBM table by category. What the host allocated
+    (the records) stays in ``device_facts["host"]`` and its findings are kept."""
+    stats = facts.get("neuron_memory_stats") or {}
+    s0, s1 = stats.get("start") or {}, stats.get("end") or {}
+    cur = "allocated_bytes.all.current"
+    start, end = int(s0.get(cur, 0)), int(s1.get(cur, 0))
+    peak_start, peak_end = int(s0.get("allocated_bytes.all.peak", start)), int(s1.get("allocated_bytes.all.peak", end))
+    notes = ["device memory from torch.neuron.memory_stats() at the start and the end of the profile: "
+             "TorchNeuron recorded no device allocations, so nothing is attributed to ops"]
+    # the allocator's peak is process-wide: it is this window's only when it rose during it
+    peak = peak_end if peak_end > peak_start else max(start, end)
+    if peak_end <= peak_start:
+        notes.append("the device peak did not rise during the profile: peak_bytes is the larger of the start and end levels")
+    table = facts.get("neuron_oom_table") if isinstance(facts.get("neuron_oom_table"), dict) else None
+    holders: list[MemoryHolder] = []
+    if table is not None and table.get("categories"):
+        # who holds the HBM: the runtime's categories (tensors, model code, scratchpad, ...)
+        holders = [MemoryHolder(f"HBM: {c}", "", None, int(v), 1) for c, v in table["categories"].items() if v]
+        holders.sort(key=lambda h: -h.bytes)
+        peak = max(peak, int(table.get("total_bytes") or 0))
+    res = s1.get("reserved_bytes.all.peak")
+    device_facts = dict(facts)
+    device_facts["host"] = {"peak_bytes": host.peak_bytes, "growth_bytes": host.growth_bytes, "headline": host.headline(),
+                            "at_peak": [h.to_dict() for h in host.at_peak[:5]]}
+    oom = host.oom
+    if table is not None and error:
+        failed = table.get("failed_allocation") or {}
+        oom = {"error": error, "device": "neuron", "device_id": table.get("device"), "requested_bytes": failed.get("bytes"),
+               "usage": failed.get("usage"), "where": failed.get("where")}
+    report = MemoryReport(
+        device="neuron", peak_bytes=peak, peak_at_ns=end_ns, start_bytes=start, end_bytes=end, growth_bytes=end - start,
+        at_peak=tuple(holders), timeline=((start_ns, start), (end_ns, end)), device_facts=device_facts, oom=oom,
+        peak_reserved_bytes=None if res is None else int(res), notes=tuple(notes),
+    )
+    kept = [f for f in host_findings if f.rule not in ("memory_peak", "out_of_memory")]
+    return report, kept + _peak(report) + _oom_finding(report, kept)
+
+
+def _find_steps(trace: Trace) -> tuple[str, np.ndarray, np.ndarray] | None:
+    from .diagnosis.steps import find_steps
+
+    if not len(trace):
+        return None
+    ops = trace.kind == int(EventKind.OP)
+    threads = trace.thread[ops] if ops.any() else trace.thread
+    vals, counts = np.unique(threads, return_counts=True)
+    main = int(vals[np.argmax(counts)])
+    found = find_steps(trace, trace.start_time_ns, trace.end_time_ns, main)
+    if found is None:
+        return None
+    return found[0], found[2], found[3]
+
+
+def _timeline(t: np.ndarray, level: np.ndarray, k: int) -> tuple[tuple[int, int], ...]:
+    n = t.size
+    if n <= TIMELINE_POINTS:
+        return tuple(zip(t.tolist(), level.tolist()))
+    edges = np.linspace(int(t[0]), int(t[-1]) + 1, TIMELINE_POINTS + 1).astype(np.int64)
+    starts = np.unique(np.searchsorted(t, edges[:-1]))
+    starts = starts[starts < n]
+    peaks = np.maximum.reduceat(level, starts)
+    pts = list(zip(t[starts].tolist(), peaks.tolist()))
+    pts.append((int(t[k]), int(level[k])))
+    pts.append((int(t[-1]), int(level[-1])))
+    return tuple(sorted(set(pts)))
+
+
+def _oom_facts(records: MemoryRecords, error: str | None, device: str) -> dict[str, Any] | None:
+    oom_error = error is not None and ("OutOfMemory" in error or "OOM" in error.upper())
+    if not (oom_error or records.oom):
+        return None
+    facts: dict[str, Any] = {"error": error}
+    if records.oom:
+        at, asked, dtype, did = records.oom[0]
+        facts.update(at_ns=int(at), requested_bytes=int(asked) or None, device=DEVICE_TYPES.get(dtype, device), device_id=did)
+    return facts
+
+
+# --- findings ------------------------------------------------------------------------------------
+class _Ctx:
+    def __init__(self, rec, is_alloc, free_of, op_id, path_id, labels, path_names, s_start, s_end, s_growth, level):
+        self.rec, self.is_alloc, self.free_of = rec, is_alloc, free_of
+        self.op_id, self.path_id, self.labels, self.path_names = op_id, path_id, labels, path_names
+        self.s_start, self.s_end, self.s_growth, self.level = s_start, s_end, s_growth, level
+
+    def where(self, op: int, path: int) -> str:
+        o = self.labels[op] if op >= 0 else NO_OP
+        p = self.path_names[path]
+        return f"{o} in {p}" if p else o
+
+    def top_groups(self, mask: np.ndarray, limit: int = 5) -> list[dict[str, Any]]:
+        sel = np.flatnonzero(mask)
+        if not sel.size:
+            return []
+        key = (self.op_id[sel] + 1) * len(self.path_names) + self.path_id[sel]
+        uniq, inv = np.unique(key, return_inverse=True)
+        inv = inv.reshape(-1)
+        total = np.bincount(inv, weights=self.rec.bytes[sel].astype(np.float64))
+        count = np.bincount(inv)
+        out = []
+        for i in np.argsort(-total, kind="stable")[:limit].tolist():
+            o, p = divmod(int(uniq[i]), len(self.path_names))
+            out.append({"op": self.labels[o - 1] if o > 0 else NO_OP, "region": self.path_names[p],
+                        "bytes": int(total[i]), "count": int(count[i])})
+        return out
+
+
+def memory_findings(report: MemoryReport, ctx: Any = None) -> list[Finding]:
+    """``memory_growth``, ``memory_peak``, ``allocator_churn``, ``fragmentation``, ``out_of_memory``."""
+    out: list[Finding] = []
+    if ctx is not None:
+        out += _growth(report, ctx)
+        out += _churn(report, ctx)
+    out += _peak(report)
+    out += _fragmentation(report)
+    out += _oom_finding(report, out)
+    return out
+
+
+def _growth(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
+    g = ctx.s_growth
+    n = int(g.size)
+    if n < 3 or report.growth_per_step_bytes is None:
+        return []
+    per_step = report.growth_per_step_bytes
+    growing = int((g > 0).sum())
+    if growing < 0.6 * n or per_step < 4096 or int(g.sum()) < MiB:
+        return []
+    t = ctx.rec.time_ns
+    in_steps = (t >= ctx.s_start[0]) & (t <= ctx.s_end[-1])
+    # kept: still alive when the last step ends (freed after it, e.g. at exit, or never)
+    freed_at = np.where(ctx.free_of >= 0, t[np.maximum(ctx.free_of, 0)], np.iinfo(np.int64).max)
+    kept = ctx.is_alloc & in_steps & (freed_at > ctx.s_end[-1])
+    top = ctx.top_groups(kept)
+    for item in top:
+        item["bytes_per_step"] = item["bytes"] // n
+    who = f"{top[0]['op']}" + (f" in {top[0]['region']}" if top[0]["region"] else "") if top else "an allocation"
+    what = format_bytes(top[0]["bytes"] // n) if top else format_bytes(per_step)
+    msg = (
+        f"memory grows by {format_bytes(per_step)} per step on {growing} of {n} steps: {who} allocates {what} per step "
+        "still held after the last step — a reference kept across steps (a list of tensors, a loss accumulated without "
+        ".item()/.detach(), a cache); drop it or keep a detached/CPU copy"
+    )
+    evidence = {"bytes": int(g.sum()), "bytes_per_step": per_step, "growing_steps": growing, "steps": n, "never_freed": top}
+    return [Finding("memory_growth", msg, 0.0, evidence, "high" if growing >= 0.9 * n else "medium")]
+
+
+def _peak(report: MemoryReport) -> list[Finding]:
+    top = report.top
+    if top is None or report.peak_bytes < MiB or top.bytes < 0.5 * report.peak_bytes:
+        return []
+    share = top.bytes / report.peak_bytes
+    where = top.op + (f" in {top.region}" if top.region else "") + (f" ({top.source})" if top.source else "")
+    if top.op == BEFORE:
+        advice = ("memory allocated before the profile (weights, optimizer state, caches) dominates: a smaller model "
+                  "or lower-precision weights/optimizer state, or offloading, lowers it")
+    else:
+        advice = ("try activation checkpointing (torch.utils.checkpoint) around this block, a smaller batch, or freeing "
+                  "it earlier (del / out-of-scope) if it is not needed after its last use")
+    msg = f"{where} holds {format_bytes(top.bytes)} ({100 * share:.0f}%) of the {format_bytes(report.peak_bytes)} peak: {advice}"
+    evidence = {"bytes": top.bytes, "peak_bytes": report.peak_bytes, "share_pct": round(100 * share, 1), "op": top.op,
+                "region": top.region, "source": top.source, "count": top.count}
+    return [Finding("memory_peak", msg, 0.0, evidence, "high" if share >= 0.75 else "medium")]
+
+
+def _churn(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
+    rec = ctx.rec
+    big = ctx.is_alloc & (rec.bytes >= MiB) & (ctx.free_of >= 0)
+    if not big.any():
+        return []
+    life = np.zeros(len(rec), dtype=np.int64)
+    life[big] = rec.time_ns[ctx.free_of[big]] - rec.time_ns[big]
+    n_steps = max(int(ctx.s_growth.size), 1)
+    if ctx.s_growth.size:  # freed inside the step that allocated it
+        step_of = np.searchsorted(ctx.s_start, rec.time_ns, side="right") - 1
+        free_t = np.where(big, rec.time_ns[np.maximum(ctx.free_of, 0)], 0)
+        step_end = ctx.s_end[np.clip(step_of, 0, ctx.s_end.size - 1)]
+        short = big & (step_of >= 0) & (free_t <= step_end)
+    else:
+        short = big & (life < 10_000_000)  # freed within 10 ms
+    count = int(short.sum())
+    per_step = count / n_steps
+    if per_step < 16 or count < 32:
+        return []
+    total = int(rec.bytes[short].sum())
+    top = ctx.top_groups(short)
+    who = f"{top[0]['op']}" + (f" in {top[0]['region']}" if top[0]["region"] else "") if top else "ops"
+    msg = (
+        f"{per_step:.0f} short-lived allocations of >= 1 MiB per step ({format_bytes(total / n_steps)} per step), most by "
+        f"{who}: reuse buffers (in-place ops, out=, preallocated tensors) or fuse the ops (torch.compile) so the "
+        "allocator does not churn"
+    )
+    evidence = {"bytes": total, "bytes_per_step": total // n_steps, "allocations": count, "per_step": round(per_step, 1), "top": top}
+    return [Finding("allocator_churn", msg, 0.0, evidence, "medium" if per_step < 100 else "high")]
+
+
+def _fragmentation(report: MemoryReport) -> list[Finding]:
+    res = report.peak_reserved_bytes
+    if report.device != "cuda" or res is None or not report.peak_bytes:
+        return []
+    slack = res - report.peak_bytes
+    if slack < 256 * MiB or res < 1.3 * report.peak_bytes:
+        return []
+    msg = (
+        f"the CUDA caching allocator reserved {format_bytes(res)} for a {format_bytes(report.peak_bytes)} peak of tensors "
+        f"({format_bytes(slack)} reserved but unused): fragmentation — set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+        "allocate the largest buffers first, or avoid varying shapes between steps"
+    )
+    evidence = {"bytes": slack, "reserved_bytes": res, "allocated_peak_bytes": report.peak_bytes}
+    return [Finding("fragmentation", msg, 0.0, evidence, "medium")]
+
+
+def _oom_finding(report: MemoryReport, found: list[Finding]) -> list[Finding]:
+    if report.oom is None:
+        return []
+    holders = [h.to_dict() for h in report.at_peak[:5]]
+    top = report.top
+    held = f"; at the peak ({format_bytes(report.peak_bytes)}) {top.op}" + (f" in {top.region}" if top.region else "") + \
+        f" held {format_bytes(top.bytes)}" if top is not None else ""
+    table = report.device_facts.get("neuron_oom_table")
+    extra = ""
+    if isinstance(table, dict) and table.get("categories"):
+        cats = sorted(table["categories"].items(), key=lambda kv: -kv[1])[:3]
+        extra = "; device memory by category: " + ", ".join(f"{c} {format_bytes(v)}" for c, v in cats)
+    msg = f"out of memory on {report.device}{held}{extra}: reduce that first (see memory_peak), or the batch size"
+    evidence = {"bytes": report.peak_bytes, "error": report.oom.get("error"), "at_peak": holders}
+    if report.oom.get("requested_bytes"):
+        evidence["requested_bytes"] = report.oom["requested_bytes"]
+    if table:
+        evidence["neuron_oom_table"] = table
+    return [Finding("out_of_memory", msg, 0.0, evidence, "high")]
