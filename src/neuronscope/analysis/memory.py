@@ -146,7 +146,7 @@ def analyse_memory(
         steps=tuple(step_list),
         growth_per_step_bytes=growth_per_step,
         steps_source=steps_source,
-        timeline=_timeline(t, level, k),
+        timeline=_timeline(t, level, k, start, trace.start_time_ns, trace.end_time_ns),
         peak_reserved_bytes=peak_reserved,
         allocations=int(is_alloc.sum()),
         frees=int(is_free.sum()),
@@ -368,7 +368,18 @@ def _find_steps(trace: Trace) -> tuple[str, np.ndarray, np.ndarray] | None:
     return found[0], found[2], found[3]
 
 
-def _timeline(t: np.ndarray, level: np.ndarray, k: int) -> tuple[tuple[int, int], ...]:
+def _timeline(t: np.ndarray, level: np.ndarray, k: int, start: int, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """(time, allocated) at most TIMELINE_POINTS + 4 points: the level before the first record
+    (at the window's start), the peak of each time bin, the peak itself, the end."""
+    ends = []
+    if lo and lo < int(t[0]):
+        ends.append((int(lo), int(start)))
+    if hi and hi > int(t[-1]):
+        ends.append((int(hi), int(level[-1])))
+    return tuple(sorted(set(_binned(t, level, k)) | set(ends)))
+
+
+def _binned(t: np.ndarray, level: np.ndarray, k: int) -> tuple[tuple[int, int], ...]:
     n = t.size
     if n <= TIMELINE_POINTS:
         return tuple(zip(t.tolist(), level.tolist()))
