@@ -38,18 +38,14 @@ def segment_records(seg: Any, raw_dir: Path | None = None) -> MemoryRecords:
         path = _saved_json(seg, raw_dir)
     if path is not None:
         try:
-            raw = Path(path).read_bytes()
-            return records_from_kineto_json(raw, trace.start_ns[rows], trace.thread[rows], base_ns=_base_ns(raw, trace))
+            # read in chunks straight from the file: no copy of the whole trace in memory
+            return records_from_kineto_json(path, trace.start_ns[rows], trace.thread[rows], base_ns=None,
+                                            default_base_ns=int(trace.base_time_ns))
         except (OSError, ValueError) as exc:
             log.info("neuronscope: memory records not read from %s (%s); reading torch's event tree", path, exc)
     if seg.results is None:
         return MemoryRecords.empty()
     return records_from_event_tree(seg.results)
-
-
-def _base_ns(raw: bytes, trace: Any) -> int:
-    m = re.search(rb'"baseTimeNanoseconds":\s*(\d+)', raw[-4096:]) or re.search(rb'"baseTimeNanoseconds":\s*(\d+)', raw[:4096])
-    return int(m.group(1)) if m else int(trace.base_time_ns)
 
 
 def _saved_json(seg: Any, raw_dir: Path | None) -> str | None:
