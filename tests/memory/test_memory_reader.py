@@ -28,7 +28,15 @@ def _record(i: int, r: dict[str, int], ts: str, pid: int = 7) -> str:
             f'    "pid": {pid},\n    "tid": {pid},\n    "ts": {ts}\n    ,\n    "args": {{\n      {args}\n    }}\n  }}')
 
 
-def _trace(n: int, seed: int = 0, oom: bool = False) -> tuple[bytes, dict[str, np.ndarray]]:
+def _ts_ns(i: int) -> int:
+    return 1_000_000 + 1000 * i + (i * 2654435761) % 1000  # irregular spacing, as real records have
+
+
+def _times(n: int, first: int = 0) -> np.ndarray:
+    return np.array([_ts_ns(i) for i in range(first, first + n)], dtype=np.int64)
+
+
+def _trace(n: int, seed: int = 0, oom: bool = False, gap: int = 0) -> tuple[bytes, dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     cols = {
         "total_reserved": rng.choice([0, 0, 0, 2**21, 10**17 + 3], n),  # mostly constant, one 18-digit value
@@ -41,10 +49,12 @@ def _trace(n: int, seed: int = 0, oom: bool = False) -> tuple[bytes, dict[str, n
     cols["addr"][::97] = 2**62 + 12345  # 19 digits: past the 16-digit fast path
     events = [_op(i) for i in range(50)]
     for i in range(n):
-        ts = f"{1000 + i}.250" if i % 31 else f"{10**9 + i}.125"  # a wider ts moves the args
+        ts = f"{_ts_ns(i) / 1000:.3f}" + ("" if i % 31 else "000")  # a wider ts moves the args
         events.append(_record(i, {k: int(v[i]) for k, v in cols.items()}, ts, pid=7 if i % 53 else 123456))
         if i % 7 == 0:
             events.append(_op(i))
+        if i == 0:
+            events += [_op(j) for j in range(gap)]  # ops between the first record and the rest
     if oom:
         events.append('  {\n    "ph": "i", "cat": "cpu_instant_event", "name": "[OutOfMemory]", "pid": 7, "tid": 7,\n'
                       '    "ts": 5000.5,\n    "args": {"Device Type": 1, "Device Id": 0, "Bytes": 4096, '
@@ -67,7 +77,7 @@ def test_vectorised_reader_known_values(tmp_path, monkeypatch, chunk):
     raw, cols = _trace(n, oom=True)
     path = tmp_path / "trace.json"
     path.write_bytes(raw)
-    t = np.arange(n, dtype=np.int64) * 1000
+    t = _times(n)
     thread = np.full(n, 7, dtype=np.int64)
     called = []
     monkeypatch.setattr(mem, "_records_by_regex", lambda *a: called.append(a))  # the fast path must suffice
@@ -76,13 +86,26 @@ def test_vectorised_reader_known_values(tmp_path, monkeypatch, chunk):
         _check(rec, cols, n)
         assert rec.oom == ((round(5000.5 * 1000) + BASE, 4096, 1, 0),)
         assert np.array_equal(rec.time_ns, t)
+        # no OOM event in the trace model: read from the end until all n are found (same answer)
+        _check(records_from_kineto_json(source, t, thread, oom_events=0), cols, n)
     assert not called
+
+
+def test_reading_from_the_end_checks_the_records_line_up(monkeypatch):
+    monkeypatch.setattr(mem, "_CHUNK", 4096)
+    raw, cols = _trace(500, seed=2, gap=100)  # the first record alone in its 4 KiB chunk
+    thread = np.zeros(499, dtype=np.int64)
+    # the profiler's first 499 records, but the file's last 499 are read: their times do not span the same
+    with pytest.raises(ValueError, match="line up"):
+        records_from_kineto_json(raw, _times(499), thread, oom_events=0)
+    rec = records_from_kineto_json(raw, _times(499, first=1), thread, oom_events=0)
+    assert np.array_equal(rec.addr, cols["addr"][1:])
 
 
 def test_count_mismatch_is_an_error(tmp_path):
     raw, _ = _trace(100)
     with pytest.raises(ValueError, match="memory records"):
-        records_from_kineto_json(raw, np.arange(99, dtype=np.int64), np.zeros(99, dtype=np.int64))
+        records_from_kineto_json(raw, _times(99), np.zeros(99, dtype=np.int64))
 
 
 def test_unusual_layout_falls_back_to_the_regex_reader(monkeypatch):
@@ -92,6 +115,6 @@ def test_unusual_layout_falls_back_to_the_regex_reader(monkeypatch):
     used = []
     slow = mem._records_by_regex
     monkeypatch.setattr(mem, "_records_by_regex", lambda *a: used.append(1) or slow(*a))
-    rec = records_from_kineto_json(raw, np.arange(200, dtype=np.int64), np.zeros(200, dtype=np.int64))
+    rec = records_from_kineto_json(raw, _times(200), np.zeros(200, dtype=np.int64))
     _check(rec, cols, 200)
     assert used

@@ -265,32 +265,38 @@ def _parse_records(win: _Windows, names: np.ndarray, layout: _Layout, text: Any)
     return out
 
 
-def _chunks(source: Any) -> Any:
-    """(buffer, file offset, last) over the source; each buffer starts with the previous one's
-    last ``_REACH`` bytes so that a record near a chunk's end is read whole in the next."""
+def _chunks(source: Any, backward: bool) -> Any:
+    """(buffer, file offset, names_end) over the source, first to last chunk or last to first:
+    names are read from buffer[:names_end]; the buffer holds ``_REACH`` bytes more, so that a
+    record whose name is near the chunk's end is read whole."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         a = np.frombuffer(source, dtype=np.uint8)
-        for off in range(0, max(a.size - _REACH, 0) or 1, _CHUNK):
-            hi = min(off + _CHUNK + _REACH, a.size)
-            yield a[off:hi], off, hi == a.size
+        size = a.size
+        for lo in _chunk_starts(size, backward):
+            hi = min(lo + _CHUNK, size)
+            yield a[lo : min(hi + _REACH, size)], lo, hi - lo
         return
     with open(source, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        buf = bytearray(_CHUNK + _REACH)
+        buf = bytearray(_CHUNK + _REACH)  # one buffer, reused: nothing the size of the file
         mv = memoryview(buf)
         a = np.frombuffer(buf, dtype=np.uint8)
-        have, off = 0, 0  # bytes of buf in use; file offset of buf[0]
-        while True:
-            got = f.readinto(mv[have:])
-            have += got
-            last = got == 0 or off + have >= size
-            yield a[:have], off, last
-            if last:
-                return
-            keep = min(_REACH, have)
-            buf[:keep] = buf[have - keep : have]
-            off += have - keep
-            have = keep
+        for lo in _chunk_starts(size, backward):
+            hi = min(lo + _CHUNK, size)
+            want = min(hi + _REACH, size) - lo
+            f.seek(lo)
+            have = 0
+            while have < want:
+                got = f.readinto(mv[have:want])
+                if not got:
+                    break
+                have += got
+            yield a[:have], lo, min(hi - lo, have)
+
+
+def _chunk_starts(size: int, backward: bool) -> range:
+    starts = range(0, max(size, 1), _CHUNK)
+    return starts[::-1] if backward else starts
 
 
 def records_from_kineto_json(
@@ -300,39 +306,39 @@ def records_from_kineto_json(
     *,
     base_ns: int | None = 0,
     default_base_ns: int = 0,
+    oom_events: int | None = None,
 ) -> MemoryRecords:
     """The memory records of one Kineto JSON trace (its bytes, or its path: read in chunks)
     whose ``[memory]`` events are, in order, the trace-model rows with times ``time_ns`` and
     threads ``thread``. ``base_ns``: added to out-of-memory events' times (None: the file's
-    ``baseTimeNanoseconds``, or ``default_base_ns`` when it names none).
+    ``baseTimeNanoseconds``, or ``default_base_ns`` when it names none). ``oom_events``: how
+    many out-of-memory events the trace model holds (None: unknown); when none, the file is
+    read from its end, where Kineto writes the instant events, only until every record is found.
 
     Raises ValueError when the file does not line up with them (the caller falls back)."""
     try:
-        return _records_vectorised(source, time_ns, thread, base_ns, default_base_ns)
+        return _records_vectorised(source, time_ns, thread, base_ns, default_base_ns, backward=oom_events == 0)
     except (_LayoutError, IndexError):  # an unusual writer: parse record by record
         raw = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else Path(source).read_bytes()
         return _records_by_regex(raw, time_ns, thread, base_ns, default_base_ns)
 
 
+_TS_AT = re.compile(rb'\[memory\]",[^{}]*?"ts":\s*(-?[\d.]+)')
+
+
 def _records_vectorised(
-    source: Any, time_ns: np.ndarray, thread: np.ndarray, base_ns: int | None, default_base_ns: int
+    source: Any, time_ns: np.ndarray, thread: np.ndarray, base_ns: int | None, default_base_ns: int, *, backward: bool
 ) -> MemoryRecords:
     n = int(time_ns.size)
     layout: _Layout | None = None
     parts: list[dict[str, np.ndarray]] = []
     oom: list[tuple[float, bytes]] = []
     found = 0
-    head = tail = b""
-    done = 0  # file offset up to which names have been read
-    for buf, off, last in _chunks(source):
-        if not head:
-            head = bytes(buf[:4096])
-        if last:
-            tail = bytes(buf[-4096:])
-        upto = buf.size if last else max(buf.size - _REACH, 0)
-        scan = buf[done - off : upto]
-        cand = np.flatnonzero(scan == 91) + (done - off)
-        done = off + upto
+    ends: list[float | None] = []  # the ts of the first and the last record, in file order
+    for buf, off, names_end in _chunks(source, backward):
+        if found == n and backward:
+            break
+        cand = np.flatnonzero(buf[:names_end] == 91)
         if not cand.size:
             continue
         win = _Windows(buf)
@@ -351,14 +357,40 @@ def _records_vectorised(
         if layout is None:
             layout = _Layout(buf, int(names[0]))
         parts.append(_parse_records(win, names, layout, buf))
+        first, last = _ts_at(buf, int(names[0]), backward), _ts_at(buf, int(names[-1]), backward)
+        ends = [first, ends[1] if ends else last] if backward else [ends[0] if ends else first, last]
     if found != n:
         raise ValueError(f"the trace file holds {found} memory records, the profiler {n}")
+    if n > 1 and None not in ends and abs(round((ends[1] - ends[0]) * 1000) - int(time_ns[-1] - time_ns[0])) > 10:
+        # the first and last records must be the profiler's (reading from the end stops at n)
+        raise ValueError("the trace file's memory records do not line up with the profiler's")
+    if backward:
+        parts.reverse()
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
     if oom and base_ns is None:
-        m = _BASE_NS.search(tail) or _BASE_NS.search(head)
-        base_ns = int(m.group(1)) if m else default_base_ns
-    oom_events = tuple(_oom_event(ts, args, base_ns or 0) for ts, args in oom)
-    return MemoryRecords.build(oom=oom_events, time_ns=time_ns, thread=thread, **cols)
+        base_ns = _file_base_ns(source, default_base_ns)
+    oom_tuples = tuple(_oom_event(ts, args, base_ns or 0) for ts, args in oom)
+    return MemoryRecords.build(oom=oom_tuples, time_ns=time_ns, thread=thread, **cols)
+
+
+def _ts_at(buf: np.ndarray, name_at: int, backward: bool) -> float | None:
+    m = _TS_AT.match(buf, name_at)
+    if m is None and backward:  # no check possible: read record by record (and count all)
+        raise _LayoutError("a [memory] event without ts after its name")
+    return float(m.group(1)) if m else None
+
+
+def _file_base_ns(source: Any, default: int) -> int:
+    """Kineto's ``baseTimeNanoseconds`` (written near the start or the end of the file)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        head, tail = bytes(source[:4096]), bytes(source[-4096:])
+    else:
+        with open(source, "rb") as f:
+            head = f.read(4096)
+            f.seek(max(os.fstat(f.fileno()).st_size - 4096, 0))
+            tail = f.read()
+    m = _BASE_NS.search(tail) or _BASE_NS.search(head)
+    return int(m.group(1)) if m else default
 
 
 def _records_by_regex(
