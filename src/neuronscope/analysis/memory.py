@@ -175,22 +175,25 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
     """Per record: op label id (-1: none), region path id (0: none), source label id (-1).
     Returns the ids and the two string tables (labels: ops and sources; path_names)."""
     from .diagnosis.categories import user_frame
-    from .nesting import nest
+    from .nesting import nest_kinds
 
     n = len(rec)
     none = np.full(n, -1, dtype=np.int64)
-    cpu_kinds = np.isin(trace.kind, [int(EventKind.OP), int(EventKind.REGION), int(EventKind.PYTHON)])
-    pos = np.flatnonzero(cpu_kinds)
     path_names = [""]
     labels: list[str] = []
+    # The summary's tree (ops, regions, runtime calls: computed once, shared) plus the Python
+    # frames when stacks were recorded; runtime calls are transparent (they sit inside an op).
+    kinds = [int(EventKind.OP), int(EventKind.REGION), int(EventKind.RUNTIME)]
+    if (trace.kind == int(EventKind.PYTHON)).any():
+        kinds.append(int(EventKind.PYTHON))
+    pos, nst = nest_kinds(trace, tuple(kinds))
     if not pos.size:
         return none, np.zeros(n, dtype=np.int64), none, path_names, labels
-    start = trace.start_ns[pos]
-    end = start + trace.duration_ns[pos]
-    thread = trace.thread[pos]
-    nst = nest(thread, start, end)
     order, parent, depth = nst.order, nst.parent, nst.depth
     o_pos = pos[order]
+    start = trace.start_ns[o_pos]  # in nesting order from here on
+    end = start + trace.duration_ns[o_pos]
+    thread = trace.thread[o_pos]
     kind = trace.kind[o_pos]
     name = trace.name_id[o_pos]
     names = trace.names
@@ -250,15 +253,20 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
         top_op[lvl] = np.where(reg, -1, np.where(op_here & (pt < 0), name_label[name[lvl]], pt))
         src[lvl] = np.where(user_py[lvl], frame_label[name[lvl]], ps)
 
-    # innermost node around each record on its thread
-    _, dense = np.unique(np.concatenate([thread, rec.thread]), return_inverse=True)
-    dense = dense.reshape(-1).astype(np.int64)
-    d_nodes, d_rec = dense[: thread.size][order], dense[thread.size :]
+    # innermost node around each record on its thread: one searchsorted over (thread, start)
+    threads = np.unique(thread)
+    if threads.size == 1:  # the usual case: no key arithmetic on threads
+        d_nodes = np.zeros(m, dtype=np.int64)
+        d_rec = np.where(rec.thread == threads[0], 0, 1).astype(np.int64)
+    else:
+        d_nodes = np.searchsorted(threads, thread).astype(np.int64)
+        d_rec = np.searchsorted(threads, rec.thread).astype(np.int64)
+        d_rec[threads[np.minimum(d_rec, threads.size - 1)] != rec.thread] = threads.size  # a thread with no events
     t0 = int(min(int(start.min()), int(rec.time_ns.min())))
-    key_nodes = (d_nodes << _TIME_BITS) + (start[order] - t0)
+    key_nodes = (d_nodes << _TIME_BITS) + (start - t0)
     key_rec = (d_rec << _TIME_BITS) + (rec.time_ns - t0)
     j = np.searchsorted(key_nodes, key_rec, side="right") - 1
-    o_end = end[order]
+    o_end = end
     ok = j >= 0
     jj = np.maximum(j, 0)
     ok &= d_nodes[jj] == d_rec

@@ -16,11 +16,14 @@ including zero-length events and events that touch end-to-start, matches.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Nesting", "nest"]
+__all__ = ["Nesting", "nest", "nest_kinds"]
 
 # Thread index and relative time share one int64 sort key: 2**44 ns ≈ 4.9 h of profile per
 # thread, up to 2**19 distinct threads.
@@ -95,3 +98,39 @@ def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> Nesting:
     parent = np.where((parent >= 0) & (t_sorted[np.maximum(parent, 0)] != t_sorted), -1, parent)
     depth = np.where(parent < 0, 0, depth)
     return Nesting(order=order, parent=parent, depth=depth)
+
+
+# The last trace's nestings by kinds: the summary nests the CPU events and the memory stage
+# needs the same tree right after (one slot, so at most one trace's arrays stay alive).
+_last: tuple[Any, dict[tuple[int, ...], tuple[np.ndarray, Nesting]]] = (None, {})
+_lock = threading.Lock()
+
+
+def nest_kinds(trace: Any, kinds: tuple[int, ...]) -> tuple[np.ndarray, Nesting]:
+    """The positions of ``trace``'s events of ``kinds`` and their :func:`nest` (of start and
+    start + duration per thread), computed once per trace and kinds. Read-only arrays."""
+    key = tuple(sorted(int(k) for k in kinds))
+    with _lock:
+        ref, found = _last
+        if ref is not None and ref() is trace and key in found:
+            return found[key]
+    pos = np.flatnonzero(np.isin(trace.kind, key))
+    start = trace.start_ns[pos]
+    nesting = nest(trace.thread[pos], start, start + trace.duration_ns[pos])
+    for a in (pos, nesting.order, nesting.parent, nesting.depth):
+        a.flags.writeable = False
+    with _lock:
+        _set(trace, key, (pos, nesting))
+    return pos, nesting
+
+
+def _set(trace: Any, key: tuple[int, ...], value: tuple[np.ndarray, Nesting]) -> None:
+    global _last
+    ref, found = _last
+    if ref is None or ref() is not trace:
+        try:
+            ref, found = weakref.ref(trace), {}
+        except TypeError:  # not weak-referenceable: not kept
+            return
+    found[key] = value
+    _last = (ref, found)

@@ -277,12 +277,10 @@ class _Paths:
 def _cpu_tree(trace: Trace) -> _Tree:
     import numpy as np
 
-    from .nesting import nest
+    from .nesting import nest_kinds
 
-    kind = trace.kind
-    cpu = np.flatnonzero((kind == EventKind.OP) | (kind == EventKind.REGION) | (kind == EventKind.RUNTIME))
-    start = trace.start_ns[cpu]
-    nesting = nest(trace.thread[cpu], start, start + trace.duration_ns[cpu])
+    # shared with the memory stage, which attributes allocations to this same tree
+    cpu, nesting = nest_kinds(trace, (EventKind.OP, EventKind.REGION, EventKind.RUNTIME))
     idx = cpu[nesting.order]
     return _Tree(
         idx=idx,

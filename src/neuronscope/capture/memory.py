@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace.memory import MEMORY_EVENT, MemoryRecords, records_from_event_tree, records_from_kineto_json
+from ..trace.memory import MEMORY_EVENT, OOM_EVENT, MemoryRecords, records_from_event_tree, records_from_kineto_json
 
 __all__ = ["cuda_memory_facts", "dump_history", "neuron_memory_stats", "neuron_oom_table", "parse_neuron_mem_table", "segment_records", "start_history"]
 
@@ -32,24 +32,22 @@ def segment_records(seg: Any, raw_dir: Path | None = None) -> MemoryRecords:
     trace = seg.trace
     ids = [i for i, n in enumerate(trace.names) if n == MEMORY_EVENT]
     rows = np.flatnonzero(np.isin(trace.name_id, ids)) if ids else np.zeros(0, dtype=np.int64)
-    if not rows.size and not any(n == "[OutOfMemory]" for n in trace.names):
+    oom_ids = [i for i, n in enumerate(trace.names) if n == OOM_EVENT]
+    ooms = int(np.isin(trace.name_id, oom_ids).sum()) if oom_ids else 0
+    if not rows.size and not ooms:
         return MemoryRecords.empty()
     with seg._lock:
         path = _saved_json(seg, raw_dir)
     if path is not None:
         try:
-            raw = Path(path).read_bytes()
-            return records_from_kineto_json(raw, trace.start_ns[rows], trace.thread[rows], base_ns=_base_ns(raw, trace))
+            # read in chunks straight from the file: no copy of the whole trace in memory
+            return records_from_kineto_json(path, trace.start_ns[rows], trace.thread[rows], base_ns=None,
+                                            default_base_ns=int(trace.base_time_ns), oom_events=ooms)
         except (OSError, ValueError) as exc:
             log.info("neuronscope: memory records not read from %s (%s); reading torch's event tree", path, exc)
     if seg.results is None:
         return MemoryRecords.empty()
     return records_from_event_tree(seg.results)
-
-
-def _base_ns(raw: bytes, trace: Any) -> int:
-    m = re.search(rb'"baseTimeNanoseconds":\s*(\d+)', raw[-4096:]) or re.search(rb'"baseTimeNanoseconds":\s*(\d+)', raw[:4096])
-    return int(m.group(1)) if m else int(trace.base_time_ns)
 
 
 def _saved_json(seg: Any, raw_dir: Path | None) -> str | None:
