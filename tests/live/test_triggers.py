@@ -104,6 +104,43 @@ def test_the_trigger_captures_calls_of_the_slow_class_and_explains_them(_isolate
     data = json.loads(CliRunner().invoke(cli, ["show", str(triggered[0].path), "--json"]).output)
     assert data["trigger"]["key"] == "long" and data["explanation"]["contributions"][0]["name"] == "aten::mm"
 
+    # the HTML report opens the run's section with the same lines
+    from html.parser import HTMLParser
+
+    from neuronscope.report.html import render_html
+
+    class Lines(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.div, self.lines, self.depth = None, [], 0
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "div" and a.get("id") == "trigger-a":
+                self.div = a
+            if self.div is not None and tag == "p" and "trigger-line" in (a.get("class") or ""):
+                self.lines.append("")
+                self.depth = 1
+
+        def handle_endtag(self, tag):
+            if tag == "p":
+                self.depth = 0
+
+        def handle_data(self, data):
+            if self.depth:
+                self.lines[-1] += data
+
+    page = render_html(triggered[0].path)
+    parsed = Lines()
+    parsed.feed(page)
+    assert parsed.div == {"id": "trigger-a", "class": "trigger", "data-kind": "slow", "data-key": "long"}
+    assert parsed.lines[0].startswith("Triggered (slow call): call ") and "(key 'long')" in parsed.lines[0]
+    assert any(line.startswith("Why: ") and "slower than the baseline" in line for line in parsed.lines)
+    assert any("aten::mm" in line for line in parsed.lines)
+    assert page.index('id="trigger-a"') < page.index('id="diagnosis-a"')  # first, as in `show`
+    baseline_page = render_html(baselines[0].path)
+    assert 'id="trigger-a"' not in baseline_page
+
 
 def test_max_per_hour_and_slo(_isolated_runs):
     @ns.profile_neuron(name="slo", trigger=ns.SlowCalls(slo_ms=20, min_calls=10, capture=1, max_per_hour=3))

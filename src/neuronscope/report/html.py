@@ -14,6 +14,8 @@ comes first. Stable hooks for tests and scripts (``<k>`` is ``a``, or ``b`` for 
 * ``svg#region-chart-<k>`` with ``rect.region-bar`` (``data-region``);
 * ``svg#timeline-<k>.timeline`` with ``g.tl-lane`` (``data-mode`` = ``events`` | ``bins``)
   holding ``rect.tl-event`` or ``rect.tl-bin``;
+* ``div#trigger-<k>.trigger`` (``data-kind`` = ``slow`` | ``arm``, ``data-key``) with one
+  ``p.trigger-line`` a line, for runs captured by a trigger or by ``ns.arm``;
 * ``a.raw-file`` links; ``table.manifest``; ``svg#diff-chart`` with ``rect.diff-bar``.
 """
 
@@ -475,7 +477,7 @@ def _run_section(source: Source, key: str, top: int, link_base: Path | None, max
     warnings += "".join(f'<p class="note run-note">{_e(n)}</p>' for n in s.notes)
     return (
         f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
-        f'<div class="cards">{cards}</div>{warnings}{_neuron_device(source, key)}'
+        f'{_trigger(source, key)}<div class="cards">{cards}</div>{warnings}{_neuron_device(source, key)}'
         f"<h3>Why it is slow</h3>{_diagnosis(source, key)}{memory_section(source, key)}"
         f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}"
         f"<h3>Regions</h3>{_regions(s, key)}"
@@ -566,6 +568,25 @@ def _diagnosis(source: Source, key: str) -> str:
         f"<th>Gaps</th><th>Idle time</th></tr></thead><tbody>{classes}</tbody></table>"
         f"<h4>Findings</h4>{findings}{notes}"
         f"<p class=\"note\">{_e(VERDICT_WORDS.get(d.bound_by, d.bound_by))}: see docs/diagnosis.md for how gaps are classified.</p></div>"
+    )
+
+
+def _trigger(source: Source, key: str) -> str:
+    """Why this run exists (a slow call or an ``arm`` request) and why it was slower than its
+    baseline: the lines ``neuronscope show`` prints first. Empty for other runs."""
+    from .trigger_text import trigger_lines
+
+    lines = trigger_lines(source.manifest, labels=source.summary.labels or None)
+    if not lines:
+        return ""
+    trig = source.manifest["trigger"]
+    rows = "".join(
+        f'<p class="{"verdict" if line.startswith(("Triggered", "Why")) else "note"} trigger-line">{_e(line.strip())}</p>'
+        for line in lines
+    )
+    return (
+        f'<div id="trigger-{key}" class="trigger" data-kind="{_e(trig.get("kind"))}" '
+        f'data-key="{_e(trig.get("key") if trig.get("key") is not None else "")}">{rows}</div>'
     )
 
 
