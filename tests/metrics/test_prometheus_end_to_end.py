@@ -101,9 +101,15 @@ def live(tmp_path_factory):
                     y = rmsnorm_naive(a, w)
                 return torch.relu(y @ w.new_ones(256, 64)).sum()
 
+            @ns.profile_neuron(name="on_demand", warmup=1_000_000)  # profiled only when armed
+            def on_demand(a):
+                return rmsnorm_naive(a, w).sum()
+
             for r in range(ROUNDS):
                 for _ in range(4):
                     serve(x)  # 2 profiled, 2 unsampled
+                ns.arm(1, name="on_demand")
+                on_demand(x)  # 1 profiled (armed)
                 _contended_call()  # 1 skipped
                 for _ in range(2):
                     with ns.profile_neuron(name="diagnosed", memory=True):  # + neuronscope.memory.peak
@@ -189,6 +195,14 @@ def test_hundreds_of_op_names_make_at_most_top_n_plus_one_series(live):
     total = sum(r.summary.total_device_time_us for r in runs) / 1e6
     got = _value(_at_end(prom, work, 'sum(neuronscope_op_device_time_seconds_sum{neuronscope_profile_name="many_ops"})')[0])
     assert got == pytest.approx(total, rel=1e-6)  # folding into "other" keeps every microsecond
+
+
+def test_calls_profiled_on_demand_are_counted_by_trigger_kind(live):
+    prom, work = live
+    assert work.stats["armed"] == ROUNDS and len(work.runs["on_demand"]) == ROUNDS
+    assert all(r.trigger is not None and r.trigger.kind == "arm" for r in work.runs["on_demand"])
+    got = {s["metric"]["neuronscope_trigger_kind"]: _value(s) for s in _at_end(prom, work, f'neuronscope_profile_triggered_total{{job="{JOB}"}}')}
+    assert got == {"arm": ROUNDS, "slow": 0, "baseline": 0}
 
 
 def test_outcome_counters_match_ns_stats(live):

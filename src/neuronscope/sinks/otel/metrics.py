@@ -75,6 +75,7 @@ PROMETHEUS_NAMES = {
     DIAGNOSIS_RUNS: "neuronscope_diagnosis_runs_total",
     STEP_DURATION: "neuronscope_step_duration_seconds",
     MEMORY_PEAK: "neuronscope_memory_peak_bytes",
+    TRIGGERED_CALLS: "neuronscope_profile_triggered_total",
 }
 
 # Bucket boundaries. The SDK's default ([0, 5, 10, ... 10000]) is made for milliseconds and
