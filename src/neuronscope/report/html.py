@@ -576,7 +576,7 @@ def _trigger(source: Source, key: str) -> str:
     baseline: the lines ``neuronscope show`` prints first. Empty for other runs."""
     from .trigger_text import trigger_lines
 
-    lines = trigger_lines(source.manifest, labels=source.summary.labels or None)
+    lines = trigger_lines(source.manifest, labels=source.summary.labels)
     if not lines:
         return ""
     trig = source.manifest["trigger"]
