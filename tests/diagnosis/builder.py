@@ -21,6 +21,7 @@ class TraceBuilder:
         self.rows: list[tuple] = []
         self.inputs: dict[int, tuple[list, list]] = {}
         self._corr = 100
+        self._runtime_corr = 1_000_000  # CUPTI's correlation ids: a sequence of their own
 
     def _add(self, kind, name, start_us, dur_us, thread=0, corr=0, linked=0, cat="") -> int:
         self.rows.append((int(kind), name, int(round(BASE + start_us * US)), int(round(dur_us * US)), thread, corr, linked, cat))
@@ -40,16 +41,23 @@ class TraceBuilder:
         return self._add(EventKind.PYTHON, frame, start_us, dur_us, thread, cat="python_function")
 
     def runtime(self, name: str, start_us: float, dur_us: float, op: int | None = None, thread: int = 0) -> int:
+        """A runtime call with a correlation id of its own (as CUPTI gives); ``linked`` is the
+        External id of ``op``."""
         linked = self.rows[op][5] if op is not None else 0
-        return self._add(EventKind.RUNTIME, name, start_us, dur_us, thread, corr=linked, linked=linked, cat="cuda_runtime")
+        self._runtime_corr += 1
+        return self._add(EventKind.RUNTIME, name, start_us, dur_us, thread, corr=self._runtime_corr, linked=linked, cat="cuda_runtime")
 
-    def kernel(self, name: str, start_us: float, dur_us: float, op: int | None = None, stream: int = -8) -> int:
+    def kernel(self, name: str, start_us: float, dur_us: float, op: int | None = None, stream: int = -8, *, call: int | None = None, cat: str = "kernel") -> int:
+        """Device work; ``call`` is the runtime call that launched it (its correlation id), else
+        it links to ``op`` through the External id alone."""
         linked = self.rows[op][5] if op is not None else 0
-        return self._add(EventKind.DEVICE, name, start_us, dur_us, stream, corr=linked, linked=linked, cat="kernel")
+        corr = self.rows[call][5] if call is not None else 0
+        return self._add(EventKind.DEVICE, name, start_us, dur_us, stream, corr=corr, linked=linked, cat=cat)
 
-    def launch(self, op: int, rt_start: float, rt_us: float, *, kernel_at: float, kernel_us: float, name: str = "k") -> int:
-        self.runtime("cudaLaunchKernel", rt_start, rt_us, op)
-        return self.kernel(name, kernel_at, kernel_us, op)
+    def launch(self, op: int | None, rt_start: float, rt_us: float, *, kernel_at: float, kernel_us: float, name: str = "k",
+               call: str = "cudaLaunchKernel", stream: int = -8, thread: int = 0) -> int:
+        rt = self.runtime(call, rt_start, rt_us, op, thread=thread)
+        return self.kernel(name, kernel_at, kernel_us, op, stream, call=rt)
 
     def marker(self, name: str, at_us: float, thread: int = 0) -> int:
         return self._add(EventKind.OTHER, name, at_us, 0, thread, cat="user_annotation")

@@ -12,6 +12,7 @@ from builder import TraceBuilder
 import neuronscope as ns
 from neuronscope.analysis.diagnosis import diagnose_trace
 from neuronscope.analysis.diagnosis.timeline import CLASSES, build_timeline
+from neuronscope.analysis.summary import summarize
 
 
 
@@ -25,38 +26,107 @@ def every_class_trace() -> TraceBuilder:
     k = b.op("aten::add", 341, 8)
     b.launch(k, 342, 4, kernel_at=350, kernel_us=10)                 # launch gap [340, 350)
     k = b.op("aten::add", 352, 2)
-    b.launch(k, 352.5, 1, kernel_at=500, kernel_us=20)               # other gap [360, 500): queued before
+    b.launch(k, 352.5, 1, kernel_at=500, kernel_us=20)               # [360, 500): queued while busy: stream_wait
     item = b.op("aten::item", 510, 90)
     b.runtime("cudaStreamSynchronize", 512, 86, item)
     k = b.op("aten::mul", 610, 5)
-    b.launch(k, 611, 3, kernel_at=650, kernel_us=10)                 # sync gap [520, 650)
+    b.launch(k, 611, 3, kernel_at=650, kernel_us=10)                 # sync [520, 611), launch [611, 650)
     b.region("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 665, 235)
     k = b.op("aten::mul", 900, 5)
-    b.launch(k, 901, 3, kernel_at=910, kernel_us=10)                 # data gap [660, 910)
+    b.launch(k, 901, 3, kernel_at=910, kernel_us=10)                 # data [660, 901), launch [901, 910)
     b.region("_compile.compile_inner (dynamo_timed)", 925, 375)
     k = b.op("aten::mul", 1301, 4)
-    b.launch(k, 1302, 2, kernel_at=1310, kernel_us=10)               # compile gap [920, 1310)
+    b.launch(k, 1302, 2, kernel_at=1310, kernel_us=10)               # compile [920, 1302), launch [1302, 1310)
     return b                                                         # trailing host_wait [1320, 2000)
 
 
 def test_every_gap_class_on_a_device_trace():
+    """Each gap is split where its next kernel was launched: host-side classes before, launch
+    (or stream_wait) after. Expected values by hand from the launches above."""
     d = diagnose_trace(every_class_trace().build(), serial=1)
     assert (d.window_start_ns, d.window_end_ns) == (1_700_000_000_000_000_000, 1_700_000_000_000_000_000 + 2_000_000)
     assert d.device_busy_us == pytest.approx(200.0)
     assert d.device_idle_us == pytest.approx(1800.0)
     assert d.device_busy_pct == pytest.approx(10.0)
-    expected = {"host_wait": 870, "launch": 20, "sync": 130, "data": 250, "compile": 390, "other": 140}
+    host_wait = (282 - 110) + (2000 - 1320)
+    launch = 10 + (300 - 282) + 10 + (650 - 611) + (910 - 901) + (1310 - 1302)
+    expected = {"host_wait": host_wait, "launch": launch, "sync": 611 - 520, "data": 901 - 660,
+                "compile": 1302 - 920, "stream_wait": 140}
     assert d.idle_us_by_class == pytest.approx(expected)
     assert sum(d.idle_us_by_class.values()) == pytest.approx(d.device_idle_us)
     assert d.bound_by == "host"
     assert d.gaps.count == 6
-    assert d.gaps.count_by_class == {"host_wait": 2, "launch": 0, "sync": 1, "data": 1, "compile": 1, "other": 1}
+    assert d.gaps.count_by_class == {"host_wait": 2, "launch": 0, "sync": 1, "data": 1, "compile": 1, "stream_wait": 1}
     assert [(g.duration_us, g.cls) for g in d.gaps.top] == [
-        (680, "host_wait"), (390, "compile"), (250, "data"), (190, "host_wait"), (140, "other")
+        (680, "host_wait"), (382, "compile"), (241, "data"), (172, "host_wait"), (140, "stream_wait")
     ]
     data_gap = d.gaps.top[2]
     assert data_gap.host[0][0].startswith("enumerate(DataLoader)")
     assert data_gap.before == "k" and data_gap.after == "k"
+
+
+def stream_wait_trace() -> TraceBuilder:
+    """The SGLang decode shape: kernels launched 40 us into a long device gap, the stream told
+    to wait on an event, the host then blocked in a synchronous copy until the device ran."""
+    b = TraceBuilder("rocm")
+    b.window(0, 10_000)
+    k = b.op("aten::mul", 0, 10)
+    b.launch(k, 2, 5, kernel_at=10, kernel_us=90, call="hipLaunchKernel")       # busy [10, 100)
+    b.runtime("hipStreamWaitEvent", 120, 10)                                     # the stream waits
+    b.launch(None, 140, 5, kernel_at=9_000, kernel_us=50, call="hipLaunchKernel")  # queued at 140, runs at 9000
+    copy = b.op("aten::copy_", 150, 8_910)
+    rt = b.runtime("hipMemcpyWithStream", 152, 8_905, copy)
+    b.kernel("Memcpy DtoH (Device -> Host)", 9_050, 5, copy, call=rt, cat="gpu_memcpy")
+    k = b.op("aten::add", 9_100, 10)
+    b.launch(k, 9_102, 5, kernel_at=9_110, kernel_us=10, call="hipLaunchKernel")
+    return b
+
+
+def test_a_device_waiting_on_its_own_event_is_stream_wait_not_host_bound():
+    d = diagnose_trace(stream_wait_trace().build(), serial=1)
+    # gap [100, 9000): host side [100, 140) (launch: short), device side [140, 9000) stream_wait
+    assert d.idle_us_by_class["stream_wait"] == pytest.approx(9_000 - 140)
+    assert d.idle_us_by_class["host_wait"] == pytest.approx(10_000 - 9_120)  # the tail only
+    assert d.bound_by == "stream_wait"
+    top = d.gaps.top[0]
+    assert top.cls == "stream_wait" and top.wait.startswith("hipStreamWaitEvent at ")
+    assert top.host[0][0] == "aten::copy_"
+    line = str(d).splitlines()[0]
+    assert "stream-wait-bound" in line and "hipStreamWaitEvent" in line and "aten::copy_" in line
+
+
+def test_time_blocked_in_a_sync_is_never_host_wait():
+    """The host blocks in cudaDeviceSynchronize while the device is idle and nothing is queued
+    (it waits on work of another process, say): that time is sync, not host_wait."""
+    b = TraceBuilder("cuda")
+    b.window(0, 1_000)
+    k = b.op("aten::mul", 0, 10)
+    b.launch(k, 2, 5, kernel_at=10, kernel_us=90)
+    b.runtime("cudaDeviceSynchronize", 110, 700)
+    k = b.op("aten::mul", 900, 10)
+    b.launch(k, 902, 5, kernel_at=950, kernel_us=50)
+    d = diagnose_trace(b.build(), serial=1)
+    assert d.idle_us_by_class["sync"] == pytest.approx(902 - 100)
+    assert d.idle_us_by_class["host_wait"] == pytest.approx(0)
+    assert d.idle_us_by_class["launch"] == pytest.approx(10 + 950 - 902)  # [0, 10) too
+
+
+def test_graph_launches_are_counted_with_their_latency():
+    b = TraceBuilder("rocm")
+    b.window(0, 10_000)
+    rt = b.runtime("hipGraphLaunch", 1_500, 500)
+    for i, at in enumerate((8_400, 8_460, 8_520)):  # 10 us apart: under the gap threshold
+        b.kernel(f"graph_kernel_{i}", at, 50, call=rt)
+    d = diagnose_trace(b.build(), serial=1)
+    assert d.evidence["graph_launches"] == 1
+    assert d.evidence["graph_launch_latency_us"] == {"p50": 6_900.0, "max": 6_900.0}
+    # before the launch the host queued nothing; after it the device waited on the launch itself
+    # (and the 10 us between its kernels, queued all along)
+    assert d.idle_us_by_class["launch"] == pytest.approx(8_400 - 1_500 + 2 * 10)
+    assert d.idle_us_by_class["host_wait"] == pytest.approx(1_500 + 10_000 - 8_570)
+    # the graph's kernels ran outside any op: rows of their own
+    rows = {r.name: r.self_device_time_us for r in summarize(b.build()).rows if r.self_device_time_us}
+    assert rows == {"graph_kernel_0": 50.0, "graph_kernel_1": 50.0, "graph_kernel_2": 50.0}
 
 
 def test_device_bound_verdict_at_80_percent():
@@ -178,8 +248,11 @@ def _hta_fixture(path: Path) -> Path:
 
 def test_hta_parity_fixture_interior_gaps_match_holistic_trace_analysis(tmp_path):
     """HTA gives host_wait 570, kernel_wait 20, other 140 us (consecutive_kernel_delay 30 us),
-    compute 280 us, idle 730 us over the kernel span; our classes at a 30 us gap threshold:
-    host_wait, launch, other."""
+    compute 280 us, idle 730 us over the kernel span. neuronscope splits each gap where its
+    next kernel was launched: HTA's host_wait 570 = our host_wait 550 + the 20 us between the
+    two launches and their kernels; HTA's kernel_wait (20, under the threshold) is our launch;
+    HTA's other (140: work queued while the device was busy, and the device idle anyway) is our
+    stream_wait (a dependency the trace does not name)."""
     trace = ns.load_trace(_hta_fixture(tmp_path / "rank-0.json"))
     tl = build_timeline(trace, threshold_us=30)
     first, last = int(tl.busy_s[0]), int(tl.busy_e[-1])
@@ -187,7 +260,7 @@ def test_hta_parity_fixture_interior_gaps_match_holistic_trace_analysis(tmp_path
     by = {c: 0.0 for c in CLASSES}
     for s, e, c in zip(tl.gap_s[interior], tl.gap_e[interior], tl.gap_cls[interior]):
         by[CLASSES[int(c)]] += (int(e) - int(s)) / 1e3
-    assert by == {"host_wait": 570.0, "launch": 20.0, "sync": 0.0, "data": 0.0, "compile": 0.0, "other": 140.0}
+    assert by == {"host_wait": 550.0, "launch": 20.0 + 20.0, "sync": 0.0, "data": 0.0, "compile": 0.0, "stream_wait": 140.0}
     assert tl.busy_ns / 1e3 == 280.0  # HTA: compute 280 us
     assert (last - first) / 1e3 - 280.0 == 730.0  # HTA: idle 730 us over the kernel span
     assert trace.metadata["distributedInfo"] == {"rank": 0}

@@ -6,7 +6,8 @@ users already know (a test pins this on real profiles):
 * ``calls``: occurrences of the op name (after torch's rule that folds a node into a
   same-named parent that has no other child).
 * ``cpu_time_us``: inclusive duration on the CPU; ``self_cpu_time_us``: minus direct children.
-* ``self_device_time_us``: device work linked (correlation id) to this op;
+* ``self_device_time_us``: device work this op launched (the innermost op around the runtime
+  call the kernel's correlation id names, :mod:`.launches`);
   ``device_time_us``: that plus the device time of every op nested inside it.
 * On a CPU-only profile the CPU op time *is* the device time; ``Summary.device == "cpu"``
   and the table says so — except compilation: torch.compile's phases (``compile_file
@@ -247,13 +248,14 @@ class _Tree:
 @dataclass
 class _DeviceWork:
     """Device time on the ops that launched it: ``self_dev`` (before folding: an op's own
-    kernels), the first start and last end of that work, and the device events whose op is not
-    in the trace."""
+    kernels), the first start and last end of that work, and the device events launched outside
+    any op (a graph replay, a communication thread) or whose op is not in the trace."""
 
     self_dev: Any
     first: Any
     last: Any
     unlinked: Any
+    unlinked_node: Any = None  #: tree node of each unlinked event's runtime call (-1: none)
 
 
 @dataclass
@@ -295,37 +297,36 @@ def _cpu_tree(trace: Trace) -> _Tree:
 
 
 def _link_device_work(trace: Trace, tree: _Tree) -> _DeviceWork:
-    """Each device event on the op whose correlation id it links to."""
+    """Each device event on the op that launched it (:mod:`.launches`: the innermost op around
+    its runtime call); the rest keep the tree node of their runtime call, for their region."""
     import numpy as np
 
+    from .launches import device_launches
+
     m = tree.size
-    dev_idx = np.flatnonzero(trace.kind == EventKind.DEVICE)
+    launches = device_launches(trace)
+    dev_idx = launches.device
     work = _DeviceWork(
         self_dev=np.zeros(m, dtype=np.int64),
         first=np.full(m, np.iinfo(np.int64).max, dtype=np.int64),
         last=np.zeros(m, dtype=np.int64),
         unlinked=dev_idx,
+        unlinked_node=launches.runtime_node,
     )
     if not (dev_idx.size and m):
         return work
-    corr = trace.correlation_id[tree.idx]
-    launchers = np.flatnonzero((corr > 0) & (trace.linked_correlation_id[tree.idx] == 0))
-    corr_order = np.argsort(corr[launchers], kind="stable")
-    corr_sorted = corr[launchers][corr_order]
-    linked = trace.linked_correlation_id[dev_idx]
-    if corr_sorted.size:
-        hit = np.minimum(np.searchsorted(corr_sorted, linked), corr_sorted.size - 1)
-        found = (linked > 0) & (corr_sorted[hit] == linked)
-    else:
-        hit = np.zeros(linked.size, dtype=np.int64)
-        found = np.zeros(linked.size, dtype=bool)
-    op_pos = launchers[corr_order[hit[found]]]
+    node_of = np.full(len(trace), -1, dtype=np.int64)
+    node_of[tree.idx] = np.arange(m, dtype=np.int64)
+    op_node = np.where(launches.op >= 0, node_of[np.maximum(launches.op, 0)], -1)
+    found = op_node >= 0
+    op_pos = op_node[found]
     d_start = trace.start_ns[dev_idx[found]]
     d_dur = trace.duration_ns[dev_idx[found]]
     np.add.at(work.self_dev, op_pos, d_dur)
     np.minimum.at(work.first, op_pos, d_start)
     np.maximum.at(work.last, op_pos, d_start + d_dur)
     work.unlinked = dev_idx[~found]
+    work.unlinked_node = launches.runtime_node[~found]
     return work
 
 
@@ -451,9 +452,12 @@ def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times,
         ud = trace.duration_ns[work.unlinked]
         us = trace.start_ns[work.unlinked]
         zeros = np.zeros_like(ud)
+        # in the region its launching call ran in (a graph replayed inside record_function)
+        node = work.unlinked_node if work.unlinked_node is not None else np.full(ud.size, -1)
+        region = np.where(node >= 0, paths.of[np.maximum(node, 0)], 0) if tree.size else np.zeros_like(ud)
         groups.extend(
             _aggregate(
-                key=trace.name_id[work.unlinked],
+                key=region * n_names + trace.name_id[work.unlinked],
                 calls=np.ones_like(ud),
                 dev=ud,
                 self_dev=ud,

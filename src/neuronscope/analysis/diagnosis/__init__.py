@@ -38,13 +38,23 @@ TOP_GAPS = 5
 TIMELINE_BINS = 600
 TIMELINE_GAPS = 2000
 MAX_STEPS_SAVED = 1000
-_VERDICT_OF = {"host_wait": "host", "other": "host", "launch": "launch", "sync": "sync", "data": "data", "compile": "compile"}
+_VERDICT_OF = {
+    "host_wait": "host",
+    "other": "host",  # summaries saved before stream_wait existed
+    "launch": "launch",
+    "sync": "sync",
+    "data": "data",
+    "compile": "compile",
+    "stream_wait": "stream_wait",
+}
 
 
 def _verdict(busy_pct: float, idle_by_class: dict[str, float]) -> str:
     if busy_pct >= DEVICE_BOUND_PCT or not any(idle_by_class.values()):
         return "device"
-    top = max(GAP_CLASSES, key=lambda c: (idle_by_class.get(c, 0.0), -GAP_CLASSES.index(c)))
+    classes = [c for c in idle_by_class if c in _VERDICT_OF]
+    order = {c: i for i, c in enumerate(GAP_CLASSES)}
+    top = max(classes, key=lambda c: (idle_by_class.get(c, 0.0), -order.get(c, len(order))))
     return _VERDICT_OF[top]
 
 
@@ -64,7 +74,7 @@ def diagnose_trace(
     from ..intervals import busy_bins
     from .rules import Context, run_rules
     from .steps import find_steps
-    from .timeline import CLASSES, build_timeline, gap_details
+    from .timeline import CLASSES, build_timeline, gap_details, graph_launches
 
     facts = dict(facts or {})
     if serial is None:
@@ -97,6 +107,7 @@ def diagnose_trace(
     top: list[Gap] = []
     for k in big[np.argsort(-glen[big], kind="stable")][:TOP_GAPS].tolist():
         host, source, before, after = gap_details(tl, k)
+        wait = _wait_text(tl, int(tl.gap_wait[k])) if tl.gap_wait.size and tl.gap_wait[k] >= 0 else None
         step = int(np.searchsorted(step_starts, tl.gap_s[k], side="right") - 1) if step_starts.size else None
         top.append(
             Gap(
@@ -108,6 +119,7 @@ def diagnose_trace(
                 before=before,
                 after=after,
                 step=step if step is not None and step >= 0 else None,
+                wait=wait,
             )
         )
     gaps = Gaps(
@@ -128,6 +140,13 @@ def diagnose_trace(
         "window_us": round(window_ns / 1e3, 3),
         "gap_threshold_us": gap_threshold_us,
     }
+    n_graphs, graph_latency = graph_launches(trace, tl.busy_s, tl.busy_e)
+    if n_graphs:
+        lat = np.asarray(graph_latency) if graph_latency else np.zeros(0)
+        evidence["graph_launches"] = n_graphs
+        evidence["graph_launch_latency_us"] = (
+            {"p50": round(float(np.percentile(lat, 50)), 3), "max": round(float(lat.max()), 3)} if lat.size else None
+        )
 
     ctx = Context(trace=trace, timeline=tl, summary=summary, steps=n_steps, facts=facts)
     if window_ns <= 0:
@@ -170,6 +189,20 @@ def diagnose_trace(
         notes=tuple(ctx.notes),
         timeline_data=timeline_data,
     )
+
+
+def _wait_text(tl: Any, call: int) -> str:
+    """``hipStreamWaitEvent at model.py:12 (f)`` (the source where stacks were recorded, else
+    the call's time into the window)."""
+    import numpy as np
+
+    from .timeline import source_of
+
+    trace = tl.trace
+    name = trace.names[int(trace.name_id[call])]
+    src = source_of(trace, np.array([call], dtype=np.int64), limit=1)
+    where = src[0] if src else f"+{(int(trace.start_ns[call]) - tl.lo) / 1e3:.3f} ms"
+    return f"{name} at {where}"
 
 
 def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any) -> Steps:

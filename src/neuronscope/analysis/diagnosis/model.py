@@ -35,10 +35,15 @@ __all__ = [
 DIAGNOSIS_SCHEMA_VERSION = 1
 
 #: Why the device was idle, finest first. Every idle nanosecond of the run window gets one.
-GAP_CLASSES = ("host_wait", "launch", "sync", "data", "compile", "other")
-#: The verdicts: ``device`` when the device was busy >= 80 % of the window, else the idle class
-#: that held most of the idle time (``other`` counts as ``host``).
-BOUND_BY = ("device", "host", "launch", "sync", "data", "compile", "none")  # none: nothing recorded
+#: ``host_wait``, ``sync``, ``data``, ``compile`` are host-side (before the next work was
+#: launched); ``stream_wait`` is device-side (work queued, the stream waiting on an event or
+#: another stream); ``launch`` is either (dispatch between short ops, kernel/graph launch latency).
+#: Diagnoses saved before ``stream_wait`` existed may hold ``other`` (device waiting, queued).
+GAP_CLASSES = ("host_wait", "launch", "sync", "data", "compile", "stream_wait")
+#: The verdicts: ``communication`` when collectives that no compute overlaps hold the largest
+#: share of the window, else ``device`` when the device was busy >= 80 % of it, else the idle
+#: class that held most of the idle time.
+BOUND_BY = ("device", "communication", "host", "launch", "sync", "data", "compile", "stream_wait", "none")  # none: nothing recorded
 
 
 def _r(x: float, nd: int = 3) -> float:
@@ -58,6 +63,8 @@ class Gap:
     before: str | None = None  #: the device op that ended the busy period before the gap
     after: str | None = None  #: the device op that ended the gap
     step: int | None = None  #: index into ``Diagnosis.steps.per_step`` when steps are known
+    #: ``stream_wait`` gaps: the call that made the stream wait (``hipStreamWaitEvent at file:line``)
+    wait: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,6 +83,7 @@ class Gap:
             before=d.get("before"),
             after=d.get("after"),
             step=d.get("step"),
+            wait=d.get("wait"),
         )
 
 
@@ -348,6 +356,8 @@ VERDICT_WORDS = {
     "sync": "sync-bound",
     "data": "data-bound",
     "compile": "compile-bound",
+    "stream_wait": "stream-wait-bound",
+    "communication": "communication-bound",
     "none": "no verdict",
 }
 #: what each idle class means, in the words of the verdict line
@@ -357,6 +367,7 @@ CLASS_WORDS = {
     "sync": "host-device syncs (.item(), .cpu(), synchronize) draining the queue",
     "data": "waiting for data loading",
     "compile": "compilation inside the profile",
+    "stream_wait": "the device waiting on an event or another stream with work queued",
     "other": "the device waiting with work already queued",
 }
 
@@ -372,6 +383,22 @@ def finding_line(f: "Finding") -> str:
     return f"[{f.rule}] {f.message}{at}"
 
 
+def _stream_wait_why(d: "Diagnosis") -> str:
+    """``the device idled 463 ms with work queued, waiting on an event (hipStreamWaitEvent at
+    …); meanwhile the host blocked in aten::copy_ at file:line``"""
+    waited = d.idle_us_by_class.get("stream_wait", 0.0)
+    gap = next((g for g in d.gaps.top if g.cls == "stream_wait"), None)
+    text = f"the device idled {format_us(waited)} with work queued, waiting on an event or another stream"
+    if gap is not None and gap.wait:
+        text += f" ({gap.wait})"
+    if gap is not None and gap.host:
+        verb = "blocked in" if d.idle_us_by_class.get("sync", 0.0) or any(
+            n.startswith(("aten::copy_", "aten::item", "aten::_local_scalar_dense", "aten::to")) for n, _ in gap.host[:1]
+        ) else "was in"
+        text += f"; meanwhile the host {verb} {gap.host[0][0]}" + (f" at {gap.source}" if gap.source else "")
+    return text
+
+
 def headline_lines(d: "Diagnosis") -> list[str]:
     lines: list[str] = []
     where = " of the main thread (no accelerator)" if d.timeline == "cpu_main_thread" else ""
@@ -382,6 +409,8 @@ def headline_lines(d: "Diagnosis") -> list[str]:
         return lines
     if d.bound_by == "device":
         why = f"busy >= {d.evidence.get('device_bound_at_pct', 80):.0f}% of the window"
+    elif d.bound_by == "stream_wait":
+        why = _stream_wait_why(d)
     else:
         top = max(d.idle_us_by_class, key=lambda c: d.idle_us_by_class[c])
         share = 100 * d.idle_us_by_class[top] / idle_total if idle_total else 0.0

@@ -6,23 +6,36 @@ the union of the CPU ops of the main thread (the thread with the most op time), 
 spent compiling (torch.compile runs aten ops itself while it traces), and idle is the time that
 thread spent between ops — Python, sleeps, data loading, compilation.
 
-Every idle interval ("gap") of the run window gets exactly one class, first match wins:
+Every idle interval ("gap") of the run window is split at the moment its next device work was
+launched (the start of the runtime call that queued the op that ends the gap). Before that moment
+the device waited on the host; after it, on itself. Each piece gets one class, first match wins:
+
+host side (before the launch; the whole gap where the launch is unknown, and on a CPU run):
 
 1. ``compile``   compilation events (torch.compile, Neuron) cover >= half of it;
 2. ``data``      data-loading regions (``enumerate(DataLoader)#...``, ...) cover >= half of it;
 3. ``sync``      it began while, or right as, the host finished a host-device sync
-                 (``.item()``, ``.cpu()``, ``*Synchronize``): the sync drained the queue;
-4. ``other``     (device runs, at or above the gap threshold) the next device op had been
-                 launched before the gap began: the device waited on something else
-                 (a dependency, another stream);
-5. ``launch``    shorter than the gap threshold: back-to-back ops, per-op launch/dispatch cost;
-6. ``host_wait`` otherwise: the host was busy elsewhere (Python, other ops) and queued nothing.
+                 (``.item()``, ``.cpu()``, ``*Synchronize``): the sync drained the queue; or
+                 the host was blocked in a synchronising call for >= half of it (time blocked
+                 in a sync is never ``host_wait``);
+4. ``launch``    shorter than the gap threshold: back-to-back ops, per-op launch/dispatch cost;
+5. ``host_wait`` otherwise: the host was busy elsewhere (Python, other ops) and queued nothing.
+
+device side (after the launch: work was queued and the device did not run it):
+
+6. ``stream_wait`` at or above the threshold, and the stream was told to wait (a
+                 ``*StreamWaitEvent``/``*StreamWaitValue`` call since the last busy period began,
+                 or a device-side wait record, CUPTI's ``Stream Wait Event``, over >= half of
+                 it), or the work had been queued while the device was still busy and it went
+                 idle anyway (a dependency: an event, another stream, a graph's wait node);
+7. ``launch``    otherwise: kernel or graph launch latency.
 
 Everything is vectorised over the gaps (a 400k-event CPU profile has ~10^5 of them).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +48,14 @@ from .categories import ASYNC_COPY, ELEMENTWISE, REDUCTIONS, SYNC_OPS, SYNC_RUNT
 
 __all__ = ["CLASS_INDEX", "Timeline", "blocking_calls", "build_timeline"]
 
-CLASSES = ("host_wait", "launch", "sync", "data", "compile", "other")
+CLASSES = ("host_wait", "launch", "sync", "data", "compile", "stream_wait")
 CLASS_INDEX = {c: i for i, c in enumerate(CLASSES)}
-_HOST, _LAUNCH, _SYNC, _DATA, _COMPILE, _OTHER = range(6)
+_HOST, _LAUNCH, _SYNC, _DATA, _COMPILE, _STREAM_WAIT = range(6)
+#: runtime calls that make a stream wait on an event or a value (not the host: see SYNC_RUNTIME)
+STREAM_WAIT_CALL = re.compile(r"StreamWait(?:Event|Value)", re.IGNORECASE)
+#: device-side wait records (CUPTI's cuda_sync activity: "Stream Wait Event")
+_DEVICE_WAIT_RECORD = re.compile(r"wait", re.IGNORECASE)
+GRAPH_LAUNCH = re.compile(r"^(?:cuda|hip|cu)GraphLaunch", re.IGNORECASE)
 _SYNC_TOLERANCE_NS = 2_000  # a gap that starts within 2 us of a sync's end follows from it
 
 
@@ -66,6 +84,11 @@ class Timeline:
     data_s: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     data_e: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     facts: dict[str, Any] = field(default_factory=dict)
+    #: per gap piece: the stream-wait call that explains a ``stream_wait`` piece (trace position, -1)
+    gap_wait: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: intervals where a host thread was blocked in a synchronising runtime call
+    blocked_s: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    blocked_e: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def busy_ns(self) -> int:
@@ -179,25 +202,22 @@ def build_timeline(
     else:
         top_dev = trace.duration_ns[top].copy()
 
-    cls = np.full(gs.size, _HOST, dtype=np.int64)
-    if gs.size:
-        glen = ge - gs
-        cls[glen < threshold_ns] = _LAUNCH
-        if device_mode:
-            queued = _launched_before(trace, device_events, end, gs, ge)
-            cls[queued & (glen >= threshold_ns)] = _OTHER  # short ones are kernel-to-kernel launch latency
-        # sync: the gap starts while (or right as) a synchronising top-level op ends
-        if top.size and top_is_sync.any():
-            ts, te = trace.start_ns[top], end[top]
-            i = np.searchsorted(ts, gs, side="right") - 1
-            valid = i >= 0
-            ii = np.maximum(i, 0)
-            after_sync = valid & top_is_sync[ii] & (te[ii] >= gs - _SYNC_TOLERANCE_NS)
-            cls[after_sync] = _SYNC
-        if ds.size:
-            cls[overlap_with(gs, ge, ds, de) * 2 >= glen] = _DATA
-        if cs.size:
-            cls[overlap_with(gs, ge, cs, ce) * 2 >= glen] = _COMPILE
+    # split each gap where its next device work was launched: host side before, device side after
+    split = _launch_moments(trace, device_events, end, gs, ge) if device_mode else ge.copy()
+    split = np.clip(split, gs, ge)
+    blocked_s, blocked_e = _blocked(trace, blocking, end, host_threads)
+    hs, he = gs, split  # host pieces
+    cls = _host_classes(trace, hs, he, top, top_is_sync, end, threshold_ns, ds, de, cs, ce, blocked_s, blocked_e)
+    wait = np.full(gs.size, -1, dtype=np.int64)
+    if device_mode:
+        dev_cls, dev_wait = _device_classes(trace, bs, be, split, ge, threshold_ns, end, queued=split <= gs)
+        gs = np.concatenate((hs, split))
+        ge = np.concatenate((he, ge))
+        cls = np.concatenate((cls, dev_cls))
+        wait = np.concatenate((wait, dev_wait))
+        keep = ge > gs
+        order = np.argsort(gs[keep], kind="stable")
+        gs, ge, cls, wait = gs[keep][order], ge[keep][order], cls[keep][order], wait[keep][order]
     return Timeline(
         trace=trace,
         mode="device" if device_mode else "cpu_main_thread",
@@ -219,6 +239,9 @@ def build_timeline(
         data_s=ds,
         data_e=de,
         facts=dict(facts or {}),
+        gap_wait=wait,
+        blocked_s=blocked_s,
+        blocked_e=blocked_e,
     )
 
 
@@ -246,15 +269,16 @@ def blocking_calls(trace: Trace, end: np.ndarray | None = None) -> np.ndarray:
 
 def launcher_positions(trace: Trace, device_events: np.ndarray) -> np.ndarray:
     """For each device event, the trace position of the op that launched it (-1 if none)."""
-    ops = np.flatnonzero((trace.kind == EventKind.OP) & (trace.correlation_id > 0))
-    if not ops.size or not device_events.size:
-        return np.full(device_events.size, -1, dtype=np.int64)
-    order = np.argsort(trace.correlation_id[ops], kind="stable")
-    corr_sorted = trace.correlation_id[ops][order]
-    linked = trace.linked_correlation_id[device_events]
-    hit = np.minimum(np.searchsorted(corr_sorted, linked), corr_sorted.size - 1)
-    found = (linked > 0) & (corr_sorted[hit] == linked)
-    return np.where(found, ops[order[hit]], -1)
+    from ..launches import device_launches
+
+    launches = device_launches(trace)
+    if not device_events.size:
+        return np.full(0, -1, dtype=np.int64)
+    where = np.searchsorted(launches.device, device_events)
+    where = np.minimum(where, max(launches.device.size - 1, 0))
+    ok = launches.device.size > 0
+    found = (launches.device[where] == device_events) if ok else np.zeros(device_events.size, dtype=bool)
+    return np.where(found, launches.op[where] if ok else -1, -1)
 
 
 def _device_time_under(trace: Trace, top: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -275,27 +299,129 @@ def _device_time_under(trace: Trace, top: np.ndarray, end: np.ndarray) -> np.nda
     return out
 
 
-def _launched_before(trace: Trace, device_events: np.ndarray, end: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """Gaps whose next device op had already been launched (its runtime call ended) when the gap began."""
-    if not device_events.size:
-        return np.zeros(gs.size, dtype=bool)
-    order = np.argsort(trace.start_ns[device_events], kind="stable")
-    dev_sorted = device_events[order]
-    dstart = trace.start_ns[dev_sorted]
-    nxt = np.searchsorted(dstart, ge)  # the first device op starting at the gap's end
-    has = nxt < dstart.size
-    nxt = np.minimum(nxt, dstart.size - 1)
-    # its launch: the runtime event sharing its launching op's id
-    runtime = np.flatnonzero(trace.kind == EventKind.RUNTIME)
-    if not runtime.size:
-        return np.zeros(gs.size, dtype=bool)
-    r_order = np.argsort(trace.linked_correlation_id[runtime], kind="stable")
-    r_link = trace.linked_correlation_id[runtime][r_order]
-    link = trace.linked_correlation_id[dev_sorted[nxt]]
-    hit = np.minimum(np.searchsorted(r_link, link), r_link.size - 1)
-    found = has & (link > 0) & (r_link[hit] == link)
-    launch_end = end[runtime[r_order[hit]]]
-    return found & (launch_end <= gs)
+def _launch_moments(trace: Trace, device_events: np.ndarray, end: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """Per gap: when the device work that ends it was launched (the start of its runtime call;
+    the earliest among the ops starting at the gap's end), or the gap's end when unknown."""
+    from ..launches import device_launches
+
+    out = ge.copy()
+    if not device_events.size or not gs.size:
+        return out
+    launches = device_launches(trace)
+    order = np.argsort(trace.start_ns[launches.device], kind="stable")
+    dstart = trace.start_ns[launches.device][order]
+    call = launches.runtime[order]
+    call_start = np.where(call >= 0, trace.start_ns[np.maximum(call, 0)], np.iinfo(np.int64).max)
+    lo = np.searchsorted(dstart, ge, side="left")
+    hi = np.searchsorted(dstart, ge, side="right")
+    has = hi > lo
+    if not has.any():
+        return out
+    # the min over each run [lo, hi) of device ops starting exactly at the gap's end: values
+    # outside every run masked, then one reduceat from each run's first index (gaps are sorted)
+    runs = np.flatnonzero(has)
+    cover = np.zeros(call_start.size + 1, dtype=np.int64)
+    np.add.at(cover, lo[runs], 1)
+    np.add.at(cover, hi[runs], -1)
+    masked = np.where(np.cumsum(cover)[:-1] > 0, call_start, np.iinfo(np.int64).max)
+    earliest = np.minimum.reduceat(masked, lo[runs])
+    known = earliest != np.iinfo(np.int64).max
+    out[runs[known]] = earliest[known]
+    return out
+
+
+def _blocked(trace: Trace, blocking: np.ndarray, end: np.ndarray, host_threads: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Where a host thread was blocked in a synchronising runtime call (union of the calls)."""
+    if not blocking.size:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    mine = blocking[np.isin(trace.thread[blocking], host_threads)]
+    return union(trace.start_ns[mine], end[mine])
+
+
+def _host_classes(
+    trace: Trace, gs: np.ndarray, ge: np.ndarray, top: np.ndarray, top_is_sync: np.ndarray, end: np.ndarray,
+    threshold_ns: int, ds: np.ndarray, de: np.ndarray, cs: np.ndarray, ce: np.ndarray,
+    blocked_s: np.ndarray, blocked_e: np.ndarray,
+) -> np.ndarray:
+    """The class of each host-side piece (first match wins, from the bottom up here)."""
+    cls = np.full(gs.size, _HOST, dtype=np.int64)
+    if not gs.size:
+        return cls
+    glen = ge - gs
+    cls[glen < threshold_ns] = _LAUNCH
+    # sync: the piece starts while (or right as) a synchronising top-level op ends
+    if top.size and top_is_sync.any():
+        ts, te = trace.start_ns[top], end[top]
+        i = np.searchsorted(ts, gs, side="right") - 1
+        valid = i >= 0
+        ii = np.maximum(i, 0)
+        after_sync = valid & top_is_sync[ii] & (te[ii] >= gs - _SYNC_TOLERANCE_NS)
+        cls[after_sync] = _SYNC
+    if blocked_s.size:  # the host blocked in a synchronising call: never host_wait
+        cls[(overlap_with(gs, ge, blocked_s, blocked_e) * 2 >= glen) & (glen > 0)] = _SYNC
+    if ds.size:
+        cls[overlap_with(gs, ge, ds, de) * 2 >= glen] = _DATA
+    if cs.size:
+        cls[overlap_with(gs, ge, cs, ce) * 2 >= glen] = _COMPILE
+    return cls
+
+
+def _device_classes(
+    trace: Trace, bs: np.ndarray, be: np.ndarray, gs: np.ndarray, ge: np.ndarray, threshold_ns: int, end: np.ndarray,
+    *, queued: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The class of each device-side piece (work queued, device idle) and the stream-wait call
+    that explains it (-1). ``stream_wait`` when the stream was told to wait, or when the work
+    was already queued while the device was still busy and it went idle anyway (a dependency:
+    an event, another stream, a graph's own wait node); else ``launch`` (launch latency)."""
+    cls = np.full(gs.size, _LAUNCH, dtype=np.int64)
+    wait = np.full(gs.size, -1, dtype=np.int64)
+    long_ = (ge - gs) >= threshold_ns
+    if not long_.any():
+        return cls, wait
+    cls[long_ & queued] = _STREAM_WAIT
+    calls = np.flatnonzero((trace.kind == EventKind.RUNTIME) & trace.name_mask(lambda n: bool(STREAM_WAIT_CALL.search(n))))
+    if calls.size:
+        calls = calls[np.argsort(trace.start_ns[calls], kind="stable")]
+        cstart = trace.start_ns[calls]
+        # since the busy period before the gap began (a wait queued behind running work counts)
+        prev = np.searchsorted(be, gs, side="right") - 1
+        since = np.where(prev >= 0, bs[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+        last = np.searchsorted(cstart, gs, side="right") - 1  # the latest call issued by the launch
+        ok = long_ & (last >= 0) & (cstart[np.maximum(last, 0)] >= since)
+        cls[ok] = _STREAM_WAIT
+        wait[ok] = calls[np.maximum(last, 0)][ok]
+    records = (trace.kind != EventKind.DEVICE) & trace.category_mask("cuda_sync") & trace.name_mask(lambda n: bool(_DEVICE_WAIT_RECORD.search(n)))
+    if records.any():
+        rs, re_ = union(trace.start_ns[records], end[records])
+        cls[long_ & (overlap_with(gs, ge, rs, re_) * 2 >= (ge - gs))] = _STREAM_WAIT
+    return cls, wait
+
+
+def graph_launches(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -> tuple[int, list[float]]:
+    """How many graph launches (``cudaGraphLaunch``...) and, for each whose work is in the trace,
+    its launch latency in µs: the device's idle time from the call's start to its first kernel
+    (time the device spent on earlier work in between is queueing, not latency)."""
+    from ..launches import device_launches
+
+    calls = np.flatnonzero((trace.kind == EventKind.RUNTIME) & trace.name_mask(lambda n: bool(GRAPH_LAUNCH.search(n))))
+    if not calls.size:
+        return 0, []
+    launches = device_launches(trace)
+    first: dict[int, int] = {}
+    for d, r in zip(launches.device.tolist(), launches.runtime.tolist()):
+        if r >= 0:
+            s = int(trace.start_ns[d])
+            if s < first.get(r, s + 1):
+                first[r] = s
+    seen = [c for c in calls.tolist() if c in first]
+    if not seen:
+        return int(calls.size), []
+    a = trace.start_ns[seen]
+    b = np.array([first[c] for c in seen], dtype=np.int64)
+    idle = (b - a) - overlap_with(a, np.maximum(a, b), busy_s, busy_e)
+    return int(calls.size), [float(x) / 1e3 for x in np.maximum(idle, 0).tolist()]
 
 
 def gap_details(tl: Timeline, k: int) -> tuple[tuple[tuple[str, float], ...], str | None, str | None, str | None]:

@@ -1,0 +1,64 @@
+"""Independent references computed straight from a raw Kineto file, in a few plain lines each,
+for the real-trace tests (never by the code under test)."""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+_RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
+_OP_CATS = {"cpu_op", "operator"}
+
+
+def raw_events(path: Path) -> list[dict]:
+    return json.loads(gzip.decompress(Path(path).read_bytes()))["traceEvents"]
+
+
+def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
+    """Device µs per op name: each kernel/copy/memset -> the runtime call its correlation id names
+    -> the innermost cpu_op on that call's thread whose span encloses it. A kernel with no such
+    op is a row named after itself. Returns (µs by name, total device µs)."""
+    def cat(e: dict) -> str:
+        return (e.get("cat") or "").lower()
+
+    xs = [e for e in events if e.get("ph") == "X"]
+    launch = {e["args"]["correlation"]: e for e in xs if cat(e) in _RUNTIME_CATS and "correlation" in (e.get("args") or {})}
+    ops: dict[tuple, list] = defaultdict(list)
+    for e in xs:
+        if cat(e) in _OP_CATS:
+            ops[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
+    for v in ops.values():
+        v.sort(key=lambda o: (o[0], -o[1]))
+    starts = {k: [o[0] for o in v] for k, v in ops.items()}
+    out: dict[str, float] = defaultdict(float)
+    total = 0.0
+    for e in xs:
+        if cat(e) not in _DEVICE_CATS:
+            continue
+        dur = float(e.get("dur", 0))
+        total += dur
+        r = launch.get((e.get("args") or {}).get("correlation"))
+        owner = e["name"]
+        if r is not None:
+            key = (r["pid"], r["tid"])
+            lst = ops.get(key, [])
+            i = bisect.bisect_right(starts.get(key, []), r["ts"]) - 1
+            while i >= 0:  # latest-starting op that encloses the call = the innermost one
+                s, end, name = lst[i]
+                if end >= r["ts"] + r.get("dur", 0):
+                    owner = name
+                    break
+                i -= 1
+        out[owner] += dur
+    return dict(out), total
+
+
+def placed_differently(ours: dict[str, float], ref: dict[str, float], total: float) -> float:
+    """Share of device time placed on a different name (half the L1 distance over the total)."""
+    names = set(ours) | set(ref)
+    moved = sum(abs(ours.get(n, 0.0) - ref.get(n, 0.0)) for n in names) / 2
+    return moved / total if total else 0.0
