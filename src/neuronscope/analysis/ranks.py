@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceLoadError
+from .diagnosis.communication import COLLECTIVE_KERNEL, collective_kind
 
 __all__ = [
     "CAUSES",
@@ -87,28 +88,7 @@ STRAGGLER_NOISE_FACTOR = 3.0
 #: with 2 ranks: late by the floor in this share of the steps
 STRAGGLER_CONSISTENT_SHARE = 0.8
 
-_NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_DEVICE_COLLECTIVE = re.compile(r"all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all|collective[-_ ]?permute", re.IGNORECASE)
-_TOKENS = (
-    ("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
-    ("alltoall", "all_to_all"), ("collectivepermute", "send_recv"), ("broadcast", "broadcast"),
-    ("barrier", "barrier"), ("sendrecv", "send_recv"), ("send", "send"), ("recv", "recv"),
-    ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"),
-)
 _RANK_DIR = re.compile(r"^rank(\d+)$")
-
-
-def collective_kind(name: str) -> str:
-    """The normalised kind of a collective event name (``gloo:all_reduce`` -> ``all_reduce``,
-    ``ncclDevKernel_AllGather_RING_LL`` -> ``all_gather``, ``c10d::_reduce_scatter_base_`` ->
-    ``reduce_scatter``); ``other`` when the name says nothing more."""
-    m = _NCCL_KERNEL.match(name)
-    token = m.group(1) if m else name.split("::", 1)[-1].split(":", 1)[-1]
-    flat = re.sub(r"[^a-z]", "", token.lower())
-    for key, kind in _TOKENS:
-        if key in flat:
-            return kind
-    return "other"
 
 
 # -- one rank: what its run keeps ----------------------------------------------------------------
@@ -119,7 +99,7 @@ def _collective_positions(trace: Any) -> tuple[np.ndarray, str]:
     from ..trace.kinds import EventKind
 
     kind = trace.kind
-    device = (kind == EventKind.DEVICE) & trace.name_mask(lambda n: bool(_NCCL_KERNEL.match(n) or _DEVICE_COLLECTIVE.search(n)))
+    device = (kind == EventKind.DEVICE) & trace.name_mask(lambda n: bool(COLLECTIVE_KERNEL.search(n)))
     gloo = trace.name_mask(lambda n: n.startswith("gloo:"))
     executing = device | gloo
     if executing.any():
@@ -157,7 +137,9 @@ def _breakdown(tl: Any, cs: np.ndarray, ce: np.ndarray, starts: np.ndarray, ends
         return overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
 
     out = {"collective_us": overlap_with(starts, ends, cs, ce), "compute_us": outside(tl.busy_s, tl.busy_e)}
-    groups = {"host_us": ("host_wait", "other", "launch", "sync"), "data_us": ("data",), "compile_us": ("compile",)}
+    # the device idle outside collectives: host-side and device-side waits alike are "host" here
+    # (what the rank did instead of computing), data and compilation apart
+    groups = {"host_us": ("host_wait", "launch", "sync", "stream_wait"), "data_us": ("data",), "compile_us": ("compile",)}
     for key, classes in groups.items():
         total = np.zeros(starts.size, dtype=np.int64)
         for c in classes:

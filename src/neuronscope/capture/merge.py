@@ -138,6 +138,7 @@ def merge_segments(
         category=trace.category,
         categories=trace.categories,
         inputs=trace.inputs,
+        collectives=trace.collectives,
     ).select(keep)
     if extra_names:
         synthetic = Trace.from_columns(

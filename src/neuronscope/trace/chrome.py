@@ -45,6 +45,12 @@ class _Args(msgspec.Struct):
     labels: str | None = None  # metadata events: process_labels
     input_dims: Any = msgspec.field(name="Input Dims", default=None)  # record_shapes=True
     input_type: Any = msgspec.field(name="Input type", default=None)
+    # collectives (record_param_comms, NCCL kernels): what, how much, among how many ranks
+    collective_name: str | None = msgspec.field(name="Collective name", default=None)
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    dtype: Any = None
     # [memory] records (profile_memory=True)
     mem_bytes: int = msgspec.field(name="Bytes", default=0)
     mem_addr: int = msgspec.field(name="Addr", default=-1)
@@ -335,6 +341,7 @@ class _Columns:
         self.name_id, self.kind, self.start, self.dur = array("q"), array("q"), array("q"), array("q")
         self.thread, self.corr, self.linked, self.category = array("q"), array("q"), array("q"), array("q")
         self.inputs: dict[int, tuple[list, list]] = {}
+        self.collectives: dict[int, tuple] = {}
         self.input_signatures: dict[tuple[str, str], tuple[list, list]] = {}
         self.threads: dict[tuple[Any, Any], int] = {}
         self.kind_of: dict[str | None, EventKind] = {}  # categories repeat, events are many
@@ -385,6 +392,8 @@ class _Columns:
             args = ev.args
             if args is not None and args.input_dims is not None and name in INPUT_OPS:
                 inputs[n] = self._shared_inputs(args.input_dims, args.input_type)
+            if args is not None and args.collective_name:
+                self.collectives[n] = _collective_args(args)
             ext = (args.external_id or args.external_id_lower) if args is not None else 0
             if kind in device_kinds:
                 if cat == "privateuse1_runtime":
@@ -497,7 +506,21 @@ class _Columns:
             categories=categories,
             inputs=self.inputs,
             memory=self._memory(base),
+            collectives=self.collectives,
         )
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and value != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _collective_args(args: _Args) -> tuple:
+    """(collective name, in elements, out elements, dtype, group size) as Kineto records them."""
+    dtype = args.dtype if isinstance(args.dtype, str) else None
+    return (str(args.collective_name), _as_int(args.in_nelems), _as_int(args.out_nelems), dtype, _as_int(args.group_size))
 
 
 def _int64(values: array) -> np.ndarray:

@@ -54,6 +54,8 @@ def trace_to_chrome(trace: Trace, path: Path, extra: dict[str, Any] | None = Non
                 if i in trace.inputs:
                     dims, types = trace.inputs[i]
                     args["Input Dims"], args["Input type"] = dims, types
+                if i in trace.collectives:
+                    _add_collective(args, trace.collectives[i])
                 rows.append(
                     {
                         "ph": "X",
@@ -75,6 +77,15 @@ def trace_to_chrome(trace: Trace, path: Path, extra: dict[str, Any] | None = Non
             out.close()
         raw.close()
     return path
+
+
+def _add_collective(args: dict[str, Any], info: tuple) -> None:
+    """Kineto's own keys, so that the file reads back (here and in other tools) the same."""
+    name, in_n, out_n, dtype, group = info
+    args["Collective name"] = name
+    for key, value in (("In msg nelems", in_n), ("Out msg nelems", out_n), ("dtype", dtype), ("Group size", group)):
+        if value is not None:
+            args[key] = value
 
 
 def _cat_of(kind: int) -> str:

@@ -65,6 +65,9 @@ class Trace:
     category: np.ndarray | None = None
     categories: tuple[str, ...] = ("",)
     inputs: dict = field(default_factory=dict)  #: event position -> (shapes, dtypes)
+    #: what Kineto records of a collective (``record_param_comms`` and NCCL kernels of a saved
+    #: trace): event position -> (collective name, in elements, out elements, dtype, group size)
+    collectives: dict = field(default_factory=dict)
     #: allocator records (``[memory]`` events, a :class:`~.memory.MemoryRecords`) read with a saved
     #: trace file; None when it has none (live captures hand them to the memory stage directly)
     memory: Any = None
@@ -122,7 +125,7 @@ class Trace:
     def select(self, mask: np.ndarray) -> "Trace":
         """A new trace holding the events where ``mask`` is true (string tables shared)."""
         positions = np.flatnonzero(mask)
-        remap = {int(p): i for i, p in enumerate(positions.tolist())} if self.inputs else {}
+        remap = {int(p): i for i, p in enumerate(positions.tolist())} if (self.inputs or self.collectives) else {}
         return Trace(
             names=self.names,
             kind=self.kind[positions],
@@ -138,6 +141,7 @@ class Trace:
             category=self.category[positions],  # type: ignore[index]
             categories=self.categories,
             inputs={remap[p]: v for p, v in self.inputs.items() if p in remap},
+            collectives={remap[p]: v for p, v in self.collectives.items() if p in remap},
         )
 
     @classmethod
@@ -157,6 +161,7 @@ class Trace:
         categories: list[str] | None = None,
         inputs: dict | None = None,
         memory: Any = None,
+        collectives: dict | None = None,
     ) -> "Trace":
         """Build a trace from per-event Python lists (``names`` and ``categories`` per event,
         interned here)."""
@@ -183,6 +188,7 @@ class Trace:
             categories=tuple(cat_table),
             inputs=dict(inputs or {}),
             memory=memory,
+            collectives=dict(collectives or {}),
         )
 
     @classmethod
@@ -196,6 +202,7 @@ class Trace:
         cols: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
         name_ids, cat_ids = [], []
         inputs: dict = {}
+        collectives: dict = {}
         offset = 0
         for tr in traces:
             name_map = np.array([names.setdefault(n, len(names)) for n in tr.names] or [0], dtype=np.int64)
@@ -205,6 +212,7 @@ class Trace:
             for k in _COLUMNS:
                 cols[k].append(getattr(tr, k))
             inputs.update({offset + p: v for p, v in tr.inputs.items()})
+            collectives.update({offset + p: v for p, v in tr.collectives.items()})
             offset += len(tr)
         return cls(
             names=tuple(names),
@@ -215,6 +223,7 @@ class Trace:
             base_time_ns=min(t.base_time_ns for t in traces),
             metadata=dict(metadata if metadata is not None else traces[0].metadata),
             inputs=inputs,
+            collectives=collectives,
             **{k: np.concatenate(v) for k, v in cols.items()},
         )
 

@@ -14,10 +14,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import BOUND_BY, DIAGNOSIS_SCHEMA_VERSION, GAP_CLASSES, Diagnosis, Finding, Gap, Gaps, Step, Steps, Timeline
+from .model import (
+    BOUND_BY,
+    DIAGNOSIS_SCHEMA_VERSION,
+    GAP_CLASSES,
+    CollectiveStats,
+    Communication,
+    Diagnosis,
+    Finding,
+    Gap,
+    Gaps,
+    Step,
+    Steps,
+    Timeline,
+)
 
 __all__ = [
     "BOUND_BY",
+    "CollectiveStats",
+    "Communication",
     "DEFAULT_GAP_THRESHOLD_US",
     "DEVICE_BOUND_PCT",
     "DIAGNOSIS_SCHEMA_VERSION",
@@ -74,6 +89,7 @@ def diagnose_trace(
     from ..intervals import busy_bins
     from .rules import Context, run_rules
     from .steps import find_steps
+    from .communication import communication
     from .timeline import CLASSES, build_timeline, gap_details, graph_launches
 
     facts = dict(facts or {})
@@ -130,8 +146,11 @@ def diagnose_trace(
         count_by_class={c: int(n_by[i]) for i, c in enumerate(CLASSES)},
         top=tuple(top),
     )
+    comm = communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if window_ns > 0 else None
     # no verdict over an empty window: "device-bound" over 0 us would be a guess
     bound_by = _verdict(busy_pct, idle_by_class) if window_ns > 0 else "none"
+    if comm is not None and _communication_bound(comm, busy_ns / 1e3, idle_by_class):
+        bound_by = "communication"
     idle_total = sum(idle_by_class.values())
     evidence: dict[str, Any] = {
         "device_busy_pct": round(busy_pct, 2),
@@ -148,7 +167,7 @@ def diagnose_trace(
             {"p50": round(float(np.percentile(lat, 50)), 3), "max": round(float(lat.max()), 3)} if lat.size else None
         )
 
-    ctx = Context(trace=trace, timeline=tl, summary=summary, steps=n_steps, facts=facts)
+    ctx = Context(trace=trace, timeline=tl, summary=summary, steps=n_steps, facts=facts, communication=comm)
     if window_ns <= 0:
         ctx.note(
             f"nothing was recorded: {len(trace)} events, none of them ops or device work in a window — the profiler "
@@ -188,7 +207,15 @@ def diagnose_trace(
         findings=tuple(findings),
         notes=tuple(ctx.notes),
         timeline_data=timeline_data,
+        communication=comm,
     )
+
+
+def _communication_bound(comm: Communication, busy_us: float, idle_by_class: dict[str, float]) -> bool:
+    """Exposed collectives are the largest share of the window: larger than the compute no
+    collective shares the device with, and than any class of idle time."""
+    compute_us = busy_us - comm.exposed_us
+    return comm.exposed_us > 0 and comm.exposed_us >= max([compute_us, *idle_by_class.values()])
 
 
 def _wait_text(tl: Any, call: int) -> str:

@@ -19,6 +19,8 @@ from ..text import format_us
 __all__ = [
     "BOUND_BY",
     "CLASS_WORDS",
+    "CollectiveStats",
+    "Communication",
     "DIAGNOSIS_SCHEMA_VERSION",
     "GAP_CLASSES",
     "Diagnosis",
@@ -259,6 +261,66 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class CollectiveStats:
+    """One kind of collective (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``,
+    ``send``/``recv``/``send_recv``, ``broadcast``...) over the window."""
+
+    kind: str
+    calls: int  #: collective events (kernels, or gloo ops on a CPU run)
+    time_us: float  #: union of their intervals
+    bytes: int | None = None  #: message bytes, where the trace records sizes and dtypes
+    group_size: int | None = None  #: ranks in the process group, where the trace records it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "calls": self.calls, "time_us": _r(self.time_us), "bytes": self.bytes, "group_size": self.group_size}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CollectiveStats":
+        return cls(str(d["kind"]), int(d["calls"]), float(d["time_us"]), d.get("bytes"), d.get("group_size"))
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Collectives in the window: their time, and how much of it no compute overlapped."""
+
+    backend: str  #: ``nccl`` | ``rccl`` | ``gloo`` | the device's name (collectives named by their kernels)
+    collective_us: float  #: union of collective time (it counts as device busy time too)
+    exposed_us: float  #: collective time while no compute ran on any stream: what overlap could win
+    overlap_pct: float  #: share of collective time hidden under compute
+    exposed_pct_of_window: float
+    by_kind: tuple[CollectiveStats, ...] = ()  #: most time first
+
+    def line(self) -> str:
+        """``communication 85.0ms (all_reduce 80.1ms ×17): 64.2ms exposed, 24% overlapped with compute``"""
+        kinds = ", ".join(f"{c.kind} {format_us(c.time_us)} ×{c.calls}" for c in self.by_kind[:3])
+        return (
+            f"communication ({self.backend}) {format_us(self.collective_us)} ({kinds}): {format_us(self.exposed_us)} "
+            f"exposed ({self.exposed_pct_of_window:.0f}% of the window), {self.overlap_pct:.0f}% overlapped with compute"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "collective_us": _r(self.collective_us),
+            "exposed_us": _r(self.exposed_us),
+            "overlap_pct": _r(self.overlap_pct, 2),
+            "exposed_pct_of_window": _r(self.exposed_pct_of_window, 2),
+            "by_kind": [c.to_dict() for c in self.by_kind],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Communication":
+        return cls(
+            backend=str(d.get("backend", "")),
+            collective_us=float(d["collective_us"]),
+            exposed_us=float(d["exposed_us"]),
+            overlap_pct=float(d["overlap_pct"]),
+            exposed_pct_of_window=float(d.get("exposed_pct_of_window", 0.0)),
+            by_kind=tuple(CollectiveStats.from_dict(c) for c in d.get("by_kind", ())),
+        )
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Why a run is slow: device busy/idle, classified gaps, steps, a verdict and advice."""
 
@@ -282,6 +344,8 @@ class Diagnosis:
     #: the memory verdict (``memory peak 1.2 GiB at aten::mm in forward/attn; +30 MiB per step``)
     #: when the run recorded memory; the last line of :meth:`headline`
     memory_line: str | None = None
+    #: collectives (NCCL, RCCL, gloo): None when none ran in the window
+    communication: Communication | None = None
 
     @property
     def window_us(self) -> float:
@@ -321,6 +385,7 @@ class Diagnosis:
             "notes": list(self.notes),
             "timeline_data": None if self.timeline_data is None else self.timeline_data.to_dict(),
             **({"memory_line": self.memory_line} if self.memory_line else {}),
+            "communication": None if self.communication is None else self.communication.to_dict(),
         }
 
     @classmethod
@@ -344,6 +409,7 @@ class Diagnosis:
             notes=tuple(str(n) for n in d.get("notes", ())),
             timeline_data=None if tl is None else Timeline.from_dict(tl),
             memory_line=d.get("memory_line"),
+            communication=None if not d.get("communication") else Communication.from_dict(d["communication"]),
         )
 
 
@@ -407,7 +473,13 @@ def headline_lines(d: "Diagnosis") -> list[str]:
     if d.bound_by == "none":
         lines.append(d.notes[0] if d.notes else "nothing was recorded: no ops or device work in the window")
         return lines
-    if d.bound_by == "device":
+    if d.bound_by == "communication" and d.communication is not None:
+        c = d.communication
+        why = (
+            f"collectives ran with no compute beside them for {format_us(c.exposed_us)} "
+            f"({c.exposed_pct_of_window:.0f}% of the window)"
+        )
+    elif d.bound_by == "device":
         why = f"busy >= {d.evidence.get('device_bound_at_pct', 80):.0f}% of the window"
     elif d.bound_by == "stream_wait":
         why = _stream_wait_why(d)
@@ -427,6 +499,8 @@ def headline_lines(d: "Diagnosis") -> list[str]:
         lines.append(
             f"{s.count} steps ({s.name}): p50 {format_us(s.p50_us)}, p90 {format_us(s.p90_us)}, p99 {format_us(s.p99_us)}{slow_txt}"
         )
+    if d.communication is not None:
+        lines.append(d.communication.line())
     if d.findings:
         more = f" (+{len(d.findings) - 1} more)" if len(d.findings) > 1 else ""
         lines.append("top finding: " + finding_line(d.findings[0]) + more)

@@ -29,6 +29,7 @@ class Context:
     steps: int  # number of steps (0: none found)
     facts: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    communication: Any = None  # Communication | None
 
     @property
     def device(self) -> str:
@@ -62,7 +63,7 @@ def rule(rule_id: str) -> Callable[[Callable[[Context], list[Finding]]], Callabl
 
 def run_rules(ctx: Context) -> list[Finding]:
     from . import compile as _compile  # noqa: F401 - the modules register their rules
-    from . import elementwise, launch, neuron, precision, sync, tidy  # noqa: F401
+    from . import communication, elementwise, launch, neuron, precision, sync, tidy  # noqa: F401
 
     found: list[Finding] = []
     for rule_id, fn in RULES.items():
