@@ -79,6 +79,8 @@ def live(tmp_path_factory):
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     ops = custom_ops()
     x, w = torch.randn(16, 256), torch.randn(256)
+    # a real gloo collective without a default process group (one rank: its own store)
+    gloo = torch.distributed.ProcessGroupGloo(torch.distributed.HashStore(), 0, 1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NEURONSCOPE_OUTPUT_DIR", str(tmp_path_factory.mktemp("runs")))
         mp.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
@@ -116,6 +118,7 @@ def live(tmp_path_factory):
                         for _ in range(3):
                             with ns.region("step"):
                                 rmsnorm_naive(x, w)
+                                gloo.allreduce([x]).wait()  # + neuronscope.communication.*
                 if r % 2 == 0:
                     with ns.profile_neuron(name="many_ops"):
                         for op in ops[r:] + ops[:r]:  # each run in its own order: different ops weigh most
@@ -247,6 +250,21 @@ def test_diagnosis_metrics(live):
         upper = next(b for b in buckets if b >= true)
         lower = max([b for b in buckets if b < true], default=0.0)
         assert lower <= got <= upper, (q, got, true, lower, upper)
+
+
+def test_communication_metrics_match_the_diagnoses(live):
+    """The gloo all-reduce of each diagnosed step: the exposed share and the time per kind
+    Prometheus holds are the diagnoses' own."""
+    prom, work = live
+    diagnoses = work.diagnoses
+    comms = [d.communication for d in diagnoses]
+    assert all(c is not None and c.backend == "gloo" for c in comms), comms
+    sel = '{neuronscope_profile_name="diagnosed"}'
+    mean = _value(_at_end(prom, work, f"neuronscope_communication_exposed_sum{sel} / neuronscope_communication_exposed_count{sel}")[0])
+    assert mean == pytest.approx(sum(c.exposed_pct_of_window for c in comms) / 100 / len(comms), rel=1e-6)
+    by_kind = {s["metric"]["neuronscope_collective_kind"]: _value(s) for s in _at_end(prom, work, f"neuronscope_communication_time_seconds_sum{sel}")}
+    assert set(by_kind) == {"all_reduce"}
+    assert by_kind["all_reduce"] == pytest.approx(sum(k.time_us for c in comms for k in c.by_kind) / 1e6, rel=1e-6)
 
 
 def test_memory_peak_histogram(live):

@@ -127,8 +127,11 @@ def _intersect(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) 
     return s[keep], e[keep]
 
 
-def _breakdown(tl: Any, cs: np.ndarray, ce: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict[str, list[float]]:
-    """Per window: µs in collectives, and outside them computing / on the host / data / compile."""
+def _breakdown(
+    tl: Any, cs: np.ndarray, ce: np.ndarray, starts: np.ndarray, ends: np.ndarray, exposed: tuple[np.ndarray, np.ndarray]
+) -> dict[str, list[float]]:
+    """Per window: µs in collectives (and of those, exposed: no compute beside them), and
+    outside them computing / on the host / data / compile."""
     from .diagnosis.timeline import CLASS_INDEX
     from .intervals import overlap_with
 
@@ -136,7 +139,11 @@ def _breakdown(tl: Any, cs: np.ndarray, ce: np.ndarray, starts: np.ndarray, ends
         inter_s, inter_e = _intersect(us_, ue, cs, ce)
         return overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
 
-    out = {"collective_us": overlap_with(starts, ends, cs, ce), "compute_us": outside(tl.busy_s, tl.busy_e)}
+    out = {
+        "collective_us": overlap_with(starts, ends, cs, ce),
+        "exposed_us": overlap_with(starts, ends, *exposed),
+        "compute_us": outside(tl.busy_s, tl.busy_e),
+    }
     # the device idle outside collectives: host-side and device-side waits alike are "host" here
     # (what the rank did instead of computing), data and compilation apart
     groups = {"host_us": ("host_wait", "launch", "sync", "stream_wait"), "data_us": ("data",), "compile_us": ("compile",)}
@@ -154,7 +161,8 @@ def rank_profile(trace: Any, *, serial: int | None = None, gap_threshold_us: flo
     """What :func:`compare_ranks` needs from one run of one rank (JSON-ready; ``rank.json``)."""
     from .diagnosis.steps import find_steps
     from .diagnosis.timeline import build_timeline
-    from .intervals import union
+    from ..trace.kinds import EventKind
+    from .intervals import subtract, union
 
     tl = build_timeline(trace, serial=serial, threshold_us=gap_threshold_us)
     pos, source = _collective_positions(trace)
@@ -168,13 +176,17 @@ def rank_profile(trace: Any, *, serial: int | None = None, gap_threshold_us: flo
     pos, starts, ends = pos[:MAX_COLLECTIVES], starts[:MAX_COLLECTIVES], ends[:MAX_COLLECTIVES]
     names = [trace.names[i] for i in trace.name_id[pos].tolist()]
     cs, ce = union(starts, ends)
-    window = _breakdown(tl, cs, ce, np.array([tl.lo]), np.array([tl.hi]))
+    # exposed: collective time while no other device work ran (CPU collectives: all of it)
+    others = np.setdiff1d(np.flatnonzero(trace.kind == EventKind.DEVICE), pos)
+    ks, ke = union(trace.start_ns[others], trace.start_ns[others] + trace.duration_ns[others])
+    exposed = subtract(cs, ce, ks, ke)
+    window = _breakdown(tl, cs, ce, np.array([tl.lo]), np.array([tl.hi]), exposed)
     found = find_steps(trace, tl.lo, tl.hi, tl.main_thread)
     steps = None
     if found is not None and found[2].size > 1:
         s_start, s_end = found[2].astype(np.int64), found[3].astype(np.int64)
         steps = {"source": found[0], "name": found[1], "start_ns": s_start.tolist(), "end_ns": s_end.tolist()}
-        steps.update(_breakdown(tl, cs, ce, s_start, s_end))
+        steps.update(_breakdown(tl, cs, ce, s_start, s_end, exposed))
     window_ns = max(tl.hi - tl.lo, 0)
     return {
         "schema_version": RANK_FILE_SCHEMA_VERSION,
@@ -219,6 +231,9 @@ class RankRow:
     late_us: float  #: median lateness per step vs the other ranks (aligned clocks)
     last_arrival_pct: float  #: share of matched collectives this rank arrived at last
     clock_offset_us: float | None  #: its clock minus the lowest rank's (None: not estimated)
+    #: of ``collective_us``: time no compute ran beside (what overlap could win); 0 in rank.json
+    #: files written before it was recorded
+    exposed_us: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -340,13 +355,13 @@ class RankComparison:
     def __str__(self) -> str:
         from .text import format_us
 
-        head = ("rank", "host", "step p50", "busy %", "collective", "wait", "compute", "host", "data", "late", "clock")
+        head = ("rank", "host", "step p50", "busy %", "collective", "exposed", "wait", "compute", "host", "data", "late", "clock")
         body = []
         for r in self.ranks:
             body.append((
                 str(r.rank) + (" *" if self.straggler is not None and self.straggler.rank == r.rank else ""),
                 r.host or "-", format_us(r.step_p50_us), f"{r.device_busy_pct:.1f}", format_us(r.collective_us),
-                format_us(r.collective_wait_us), format_us(r.compute_us), format_us(r.host_us), format_us(r.data_us),
+                format_us(r.exposed_us), format_us(r.collective_wait_us), format_us(r.compute_us), format_us(r.host_us), format_us(r.data_us),
                 _signed(r.late_us), "-" if r.clock_offset_us is None else _signed(r.clock_offset_us),
             ))
         widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)]
@@ -466,14 +481,14 @@ def _steps_of(run: RankRun, key: tuple[int, int], use_substeps: bool) -> list[_S
     cstart = np.asarray(coll.get("start_ns", []), dtype=np.int64)
     cend = np.asarray(coll.get("end_ns", []), dtype=np.int64)
     label = str(key[0]) if key[1] == 0 else f"{key[0]}w{key[1]}"
-    parts_keys = ("collective_us", "compute_us", "host_us", "data_us", "compile_us")
+    parts_keys = ("collective_us", "exposed_us", "compute_us", "host_us", "data_us", "compile_us")
     steps = prof.get("steps")
     if use_substeps and steps:
         out = []
         for i, (s, e) in enumerate(zip(steps["start_ns"], steps["end_ns"])):
             sel = (cstart >= s) & (cstart < e)
             out.append(_Step(
-                f"{label}.{i}", int(s), int(e), {k: float(steps[k][i]) for k in parts_keys},
+                f"{label}.{i}", int(s), int(e), {k: float(steps[k][i]) if k in steps else 0.0 for k in parts_keys},
                 [k for k, m in zip(kinds, sel.tolist()) if m], cstart[sel], cend[sel],
             ))
         return out
@@ -567,7 +582,7 @@ def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[st
 
     parts = {
         key: np.array([[st.parts[f"{key}_us"] for st in steps[k]] for k in ranks])
-        for key in ("collective", "compute", "host", "data", "compile")
+        for key in ("collective", "exposed", "compute", "host", "data", "compile")
     }
     rows = []
     for i, k in enumerate(ranks):
@@ -584,6 +599,7 @@ def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[st
             compile_us=_median(parts["compile"][i]), late_us=float(med_late[i]),
             last_arrival_pct=round(100.0 * float(last_count[i]) / C, 2) if C else 0.0,
             clock_offset_us=clock["offsets_us"].get(k) if C else None,
+            exposed_us=_median(parts["exposed"][i]),
         ))
 
     straggler = None

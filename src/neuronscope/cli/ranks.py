@@ -45,7 +45,7 @@ def ranks(
         "schema_version": 1, "job_id": str|null, "name": str, "world_size": int|null,
         "ranks": [{"rank": int, "host": str, "local_rank": int|null, "path": str,
                    "runs": int, "steps": int, "step_p50_us": float, "step_max_us": float,
-                   "device_busy_pct": float, "collective_us": float,
+                   "device_busy_pct": float, "collective_us": float, "exposed_us": float,
                    "collective_wait_us": float, "compute_us": float, "host_us": float,
                    "data_us": float, "compile_us": float, "late_us": float,
                    "last_arrival_pct": float, "clock_offset_us": float|null}, ...],

@@ -494,7 +494,7 @@ GAP_COLOURS = {
     "sync": "#e53e3e",
     "data": "#3182ce",
     "compile": "#d53f8c",
-    "other": "#718096",
+    "stream_wait": "#38a169",
 }
 
 
@@ -556,7 +556,7 @@ def _diagnosis(source: Source, key: str) -> str:
     )
     classes = "".join(
         f'<tr><td class="text"><span class="sw" style="background:{GAP_COLOURS[c]}"></span>{_e(c)}</td>'
-        f'<td class="text">{_e(CLASS_WORDS[c])}</td><td data-v="{d.gaps.count_by_class.get(c, 0)}">{d.gaps.count_by_class.get(c, 0)}</td>'
+        f'<td class="text">{_e(CLASS_WORDS.get(c, c))}</td><td data-v="{d.gaps.count_by_class.get(c, 0)}">{d.gaps.count_by_class.get(c, 0)}</td>'
         f'<td data-v="{d.idle_us_by_class.get(c, 0.0)}">{format_us(d.idle_us_by_class.get(c, 0.0))}</td></tr>'
         for c in GAP_COLOURS
     )
@@ -566,9 +566,39 @@ def _diagnosis(source: Source, key: str) -> str:
         f"{verdict}{svg}{legend}"
         f'<table id="gap-classes-{key}" class="gap-classes"><thead><tr><th class="text">Idle class</th><th class="text">Meaning</th>'
         f"<th>Gaps</th><th>Idle time</th></tr></thead><tbody>{classes}</tbody></table>"
+        f"{_communication(d, key)}"
         f"<h4>Findings</h4>{findings}{notes}"
         f"<p class=\"note\">{_e(VERDICT_WORDS.get(d.bound_by, d.bound_by))}: see docs/diagnosis.md for how gaps are classified.</p></div>"
     )
+
+
+def _communication(d: Any, key: str) -> str:
+    """Collectives: time, exposed time, overlap, and one row per kind."""
+    c = d.communication
+    if c is None:
+        return ""
+    rows = "".join(
+        f'<tr data-kind="{_e(k.kind)}"><td class="text">{_e(k.kind)}</td><td data-v="{k.calls}">{k.calls}</td>'
+        f'<td data-v="{k.time_us}">{format_us(k.time_us)}</td>'
+        f'<td data-v="{k.bytes or 0}">{_bytes(k.bytes) if k.bytes else "-"}</td>'
+        f'<td data-v="{k.group_size or 0}">{k.group_size or "-"}</td></tr>'
+        for k in c.by_kind
+    )
+    return (
+        f'<div id="communication-{key}" class="communication" data-exposed-us="{c.exposed_us:.3f}" '
+        f'data-collective-us="{c.collective_us:.3f}" data-overlap-pct="{c.overlap_pct:.2f}">'
+        f"<h4>Communication</h4><p>{_e(c.line())}</p>"
+        f'<table class="collectives sortable"><thead><tr><th class="text">Collective</th><th>Calls</th><th>Time</th>'
+        f"<th>Bytes</th><th>Group size</th></tr></thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def _trigger(source: Source, key: str) -> str:

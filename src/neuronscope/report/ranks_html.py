@@ -97,7 +97,7 @@ def _lanes(c: Any) -> str:
 def _rank_table(c: Any) -> str:
     cols = (
         ("step p50", "step_p50_us"), ("busy %", "device_busy_pct"), ("collective", "collective_us"),
-        ("wait", "collective_wait_us"), ("compute", "compute_us"), ("host", "host_us"), ("data", "data_us"),
+        ("exposed", "exposed_us"), ("wait", "collective_wait_us"), ("compute", "compute_us"), ("host", "host_us"), ("data", "data_us"),
         ("compile", "compile_us"), ("late", "late_us"), ("last at", "last_arrival_pct"), ("clock", "clock_offset_us"),
     )
     head = "".join(f"<th>{_e(h)}</th>" for h, _ in cols)

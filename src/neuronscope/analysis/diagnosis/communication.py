@@ -80,7 +80,8 @@ def _positions(trace: Any) -> tuple[np.ndarray, np.ndarray]:
     launches = device_launches(trace)
     named = trace.name_mask(lambda n: bool(COLLECTIVE_KERNEL.search(n)))
     if trace.device == "cpu" or not launches.device.size:
-        gloo = trace.name_mask(lambda n: n.startswith("gloo:")) & (kind == EventKind.OP)
+        # gloo records its collectives as annotations (user_annotation) on the thread that runs them
+        gloo = trace.name_mask(lambda n: n.startswith("gloo:")) & np.isin(kind, [EventKind.OP, EventKind.REGION])
         pos = np.flatnonzero(gloo)
         return pos, np.full(pos.size, -1, dtype=np.int64)
     op = launches.op

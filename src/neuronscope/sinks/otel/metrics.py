@@ -64,6 +64,10 @@ STEP_DURATION = "neuronscope.step.duration"
 #: calls profiled on demand, by ``neuronscope.trigger.kind``: arm, slow, baseline (bounded labels)
 TRIGGERED_CALLS = "neuronscope.profile.triggered"
 MEMORY_PEAK = "neuronscope.memory.peak"
+#: share of a profiled call's window that collectives ran with no compute beside them (0-1)
+COMMUNICATION_EXPOSED = "neuronscope.communication.exposed"
+#: collective time per profiled call, by ``neuronscope.collective.kind`` (a fixed set of kinds)
+COMMUNICATION_TIME = "neuronscope.communication.time"
 
 #: OpenTelemetry name -> the series Prometheus holds (opentelemetry-exporter-prometheus and
 #: Prometheus' OTLP receiver agree on these: unit suffix, ``_total`` on counters, ``1`` -> none).
@@ -76,6 +80,8 @@ PROMETHEUS_NAMES = {
     STEP_DURATION: "neuronscope_step_duration_seconds",
     MEMORY_PEAK: "neuronscope_memory_peak_bytes",
     TRIGGERED_CALLS: "neuronscope_profile_triggered_total",
+    COMMUNICATION_EXPOSED: "neuronscope_communication_exposed",
+    COMMUNICATION_TIME: "neuronscope_communication_time_seconds",
 }
 
 # Bucket boundaries. The SDK's default ([0, 5, 10, ... 10000]) is made for milliseconds and
@@ -97,7 +103,9 @@ class _Instruments:
     diagnosis_runs: Any
     step_time: Any
     memory_peak: Any
-    takes_context: bool  # API >= 1.27: record(..., context=) -> exemplars with the run's trace id
+    takes_context: bool
+    comm_exposed: Any = None
+    comm_time: Any = None  # API >= 1.27: record(..., context=) -> exemplars with the run's trace id
 
 
 _lock = threading.Lock()
@@ -139,7 +147,9 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             meter, MEMORY_PEAK, "By", "Peak allocated memory of profiled calls recorded with memory=True", MEMORY_BUCKETS_BYTES
         )
         diagnosis_runs = meter.create_counter(
-            DIAGNOSIS_RUNS, unit="{run}", description="Diagnosed profiles by what bound them (device, host, launch, sync, data, compile)"
+            DIAGNOSIS_RUNS,
+            unit="{run}",
+            description="Diagnosed profiles by what bound them (device, communication, host, launch, sync, data, compile, stream_wait)",
         )
         # Outcome counts come from the process counters at collection time, so the hot path
         # (an unsampled call) pays nothing for metrics.
@@ -155,8 +165,17 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             unit="{call}",
             description="Calls profiled on demand, by trigger kind: arm (ns.arm / neuronscope arm), slow (a SlowCalls trigger), baseline",
         )
+        comm_exposed = _histogram(
+            meter, COMMUNICATION_EXPOSED, "1",
+            "Fraction of a profiled call's window in collectives with no compute beside them", UTILIZATION_BUCKETS,
+        )
+        comm_time = _histogram(
+            meter, COMMUNICATION_TIME, "s", "Collective time within one profiled call, by collective kind", OP_TIME_BUCKETS_S
+        )
         takes_context = "context" in inspect.signature(op_time.record).parameters
-        found = _Instruments(op_time, duration, utilization, diagnosis_runs, step_time, memory_peak, takes_context)
+        found = _Instruments(
+            op_time, duration, utilization, diagnosis_runs, step_time, memory_peak, takes_context, comm_exposed, comm_time
+        )
         _instruments[key] = (_ref(meter_provider), found)
         return found
 
@@ -269,6 +288,11 @@ def record_run_metrics(run: "Run", meter_provider: Any, top_ops: int = DEFAULT_T
         return
     inst.utilization.record(min(max(diagnosis.device_busy_pct / 100.0, 0.0), 1.0), base, **kw)
     inst.diagnosis_runs.add(1, base | {"neuronscope.bound_by": diagnosis.bound_by}, **kw)
+    comm = getattr(diagnosis, "communication", None)
+    if comm is not None and inst.comm_exposed is not None:
+        inst.comm_exposed.record(min(max(comm.exposed_pct_of_window / 100.0, 0.0), 1.0), base, **kw)
+        for kind in comm.by_kind:  # kinds are a fixed set (COLLECTIVE_KINDS): bounded labels
+            inst.comm_time.record(kind.time_us / 1e6, base | {"neuronscope.collective.kind": kind.kind}, **kw)
     steps = diagnosis.steps
     if steps is not None:
         for step in steps.per_step:

@@ -178,6 +178,13 @@ def diagnosis_attributes(diagnosis: Any) -> dict[str, Any]:
         top = diagnosis.findings[0]
         attrs["neuronscope.top_finding"] = _cap(top.message)
         attrs["neuronscope.top_finding.us_at_stake"] = round(float(top.us_at_stake), 3)
+    comm = getattr(diagnosis, "communication", None)
+    if comm is not None:
+        attrs["neuronscope.communication.backend"] = comm.backend
+        attrs["neuronscope.communication.collective_us"] = round(float(comm.collective_us), 3)
+        attrs["neuronscope.communication.exposed_us"] = round(float(comm.exposed_us), 3)
+        attrs["neuronscope.communication.overlap_pct"] = round(float(comm.overlap_pct), 2)
+        attrs["neuronscope.communication.kinds"] = [k.kind for k in comm.by_kind][:20]
     if diagnosis.steps is not None:
         attrs["neuronscope.steps"] = diagnosis.steps.count
         attrs["neuronscope.step.p50_us"] = round(diagnosis.steps.p50_us, 3)
