@@ -184,7 +184,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     the ops that launched it; fold duplicates as torch does; self CPU, compile and inclusive
     device times; the region path of every node; aggregate per (region path, op name).
     """
-    from .names import compiled_graph_labels
+    from .names import compiled_graph_labels, kernel_labels
 
     tree = _cpu_tree(trace)
     device = _link_device_work(trace, tree)
@@ -212,6 +212,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
             direct_rows=_build(by_path.get(pid, []), trace.device, total).rows,
         )
     labels = compiled_graph_labels(trace, compiled_functions)
+    labels.update(kernel_labels([r.name for r in root.rows if r.name.startswith("_Z")]))
     if labels:
         regions = {p: replace(r, labels=labels) for p, r in regions.items()}
     return replace(
@@ -436,12 +437,14 @@ def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times,
     n_names = max(len(trace.names), 1)
     rows = tree.alive & ~tree.is_region
     region_of_row = np.where(tree.is_region, 0, paths.of)  # an op's path is its enclosing region's
+    # inclusive times count a call nested in a same-named one once (its time is in the outer's)
+    inner = _inside_same_name(tree)
     groups = _aggregate(
         key=region_of_row[rows] * n_names + tree.name[rows],
         calls=np.ones(int(rows.sum()), dtype=np.int64),
-        dev=t.total_dev[rows],
+        dev=np.where(inner, 0, t.total_dev)[rows],
         self_dev=t.self_dev[rows],
-        cpu=tree.dur[rows],
+        cpu=np.where(inner, 0, tree.dur)[rows],
         self_cpu=t.self_cpu[rows],
         first=t.first[rows],
         last=t.last[rows],
@@ -474,6 +477,20 @@ def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times,
         path_id, name_id = divmod(g[0], n_names)
         by_path.setdefault(path_id, []).append((trace.names[name_id],) + g[1:])
     return by_path
+
+
+def _inside_same_name(tree: _Tree) -> Any:
+    """Nodes with a (surviving) ancestor of the same name: ``aten::copy_`` inside ``aten::copy_``."""
+    import numpy as np
+
+    inner = np.zeros(tree.size, dtype=bool)
+    anc = np.where(tree.has_parent(), tree.parent, -1)
+    while True:
+        live = anc >= 0
+        if not live.any():
+            return inner
+        inner |= live & (tree.name[np.maximum(anc, 0)] == tree.name)
+        anc = np.where(live, tree.parent[np.maximum(anc, 0)], -1)
 
 
 def _region_occurrences(tree: _Tree, paths: _Paths) -> dict[int, RegionStats]:
