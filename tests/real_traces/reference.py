@@ -9,7 +9,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+# kernels, copies, memsets (any Kineto format), CUPTI range-profiler kernels, MTIA device lanes
+_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "cuda_profiler_range", "mtia_ccp_events"}
 _RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 _OP_CATS = {"cpu_op", "operator"}
 
@@ -20,13 +21,17 @@ def raw_events(path: Path) -> list[dict]:
 
 def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
     """Device µs per op name: each kernel/copy/memset -> the runtime call its correlation id names
-    -> the innermost cpu_op on that call's thread whose span encloses it. A kernel with no such
-    op is a row named after itself. Returns (µs by name, total device µs)."""
+    -> the innermost cpu_op on that call's thread whose span encloses it. Where the file records
+    no launching call, the cpu_op its External id names. A kernel with neither is a row named
+    after itself. Returns (µs by name, total device µs)."""
     def cat(e: dict) -> str:
         return (e.get("cat") or "").lower()
 
     xs = [e for e in events if e.get("ph") == "X"]
-    launch = {e["args"]["correlation"]: e for e in xs if cat(e) in _RUNTIME_CATS and "correlation" in (e.get("args") or {})}
+    def is_runtime(e: dict) -> bool:  # cuda_runtime, cuda_driver, mtia_runtime, privateuse1_runtime, "Runtime"
+        return cat(e) in _RUNTIME_CATS or cat(e).endswith(("_runtime", "_driver"))
+
+    launch = {e["args"]["correlation"]: e for e in xs if is_runtime(e) and "correlation" in (e.get("args") or {})}
     ops: dict[tuple, list] = defaultdict(list)
     for e in xs:
         if cat(e) in _OP_CATS:
@@ -34,6 +39,9 @@ def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
     for v in ops.values():
         v.sort(key=lambda o: (o[0], -o[1]))
     starts = {k: [o[0] for o in v] for k, v in ops.items()}
+    by_external = {
+        (e.get("args") or {}).get("External id"): e["name"] for e in xs if cat(e) in _OP_CATS and (e.get("args") or {}).get("External id")
+    }
     out: dict[str, float] = defaultdict(float)
     total = 0.0
     for e in xs:
@@ -41,8 +49,11 @@ def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
             continue
         dur = float(e.get("dur", 0))
         total += dur
-        r = launch.get((e.get("args") or {}).get("correlation"))
+        args = e.get("args") or {}
+        r = launch.get(args.get("correlation"))
         owner = e["name"]
+        if r is None and args.get("External id") in by_external:
+            owner = by_external[args["External id"]]  # no launching call recorded: the only link
         if r is not None:
             key = (r["pid"], r["tid"])
             lst = ops.get(key, [])

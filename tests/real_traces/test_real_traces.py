@@ -39,11 +39,19 @@ DEVICE = {
     "hta__cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": "cpu",
     "hta__mtia_inference_trace_mtia_inference_rank_0.json.gz": "mtia",
     "hta__mtia_trace_single_rank_mtia_rank_0.json.gz": "mtia",
+    "tracelens__tests_traces_inference_sglang_decode_sglang_Qwen3-8B_decode.json.gz": "rocm",
+    "tracelens__tests_traces_inference_vllm_decode_full_graph_execution.json.gz": "rocm",
+    "tracelens__tests_traces_mi300_resnet_act_checkpoint.json.gz": "rocm",
+    "tracelens__tests_traces_torch_compile_triton_trace.json.gz": "rocm",
 }
 #: the files whose event set differs from HTA's, with the reason (README: "Busy % against HTA")
 HTA_DIFFERS = {
     "hta__negative_queue_length_values_check_rank0.json.gz": "HTA drops GPU work launched outside profiler steps",
     "hta__triton_example_triton_example.json.gz": "HTA counts a cpu_op with a stream argument as GPU work",
+    "tracelens__tests_traces_inference_vllm_decode_full_graph_execution.json.gz": (
+        "HTA truncates ts and dur to whole microseconds: on 434 device ops of a few us each the device loses "
+        "~1 us per op (99.8% exact, 97.5% truncated, HTA 95.7%)"
+    ),
 }
 #: torch 1.8-1.10: capitalised categories
 OLD_FORMAT = [n for n in SHA256 if n.startswith("kineto__")]
@@ -108,6 +116,15 @@ def test_busy_percent_agrees_with_hta_over_htas_window(name):
         assert ours >= hta["busy_pct"] - 0.5, HTA_DIFFERS[name]
     elif name == "hta__triton_example_triton_example.json.gz":
         assert trace.count(EventKind.DEVICE) == 1, HTA_DIFFERS[name]
+    elif name == "tracelens__tests_traces_inference_vllm_decode_full_graph_execution.json.gz":
+        # the same union over HTA's window with the file's times truncated as HTA reads them
+        ev = [e for e in _raw_events(path) if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        t_lo, t_hi = hta["window_start_us"], hta["window_end_us"]
+        ts, te = union(np.array([int(e["ts"]) for e in ev]), np.array([int(e["ts"]) + int(e["dur"]) for e in ev]))
+        ts, te = clip(ts, te, int(t_lo), int(t_hi))
+        truncated = 100.0 * float((te - ts).sum()) / (t_hi - t_lo)
+        assert truncated == pytest.approx(hta["busy_pct"], abs=3.0), HTA_DIFFERS[name]
+        assert ours > truncated > hta["busy_pct"], HTA_DIFFERS[name]
     else:
         assert ours == pytest.approx(hta["busy_pct"], abs=3.0)
 
