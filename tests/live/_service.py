@@ -24,6 +24,10 @@ def serve(a):
 
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "fork":
+        # GNU OpenMP is not fork-safe: a matmul on the parent's OpenMP team leaves the child's
+        # first matmul waiting on that team's barrier forever (seen on 2-core machines)
+        torch.set_num_threads(1)
     serve(x)  # the first decorated call opens the channel
     if mode == "serve":
         print("ready", os.getpid(), control.current_path(), flush=True)
