@@ -24,7 +24,8 @@ class TraceBuilder:
         self._runtime_corr = 1_000_000  # CUPTI's correlation ids: a sequence of their own
 
     def _add(self, kind, name, start_us, dur_us, thread=0, corr=0, linked=0, cat="") -> int:
-        self.rows.append((int(kind), name, int(round(BASE + start_us * US)), int(round(dur_us * US)), thread, corr, linked, cat))
+        # BASE + float would round to 256 ns at 1.7e18: add the integer ns to the integer base
+        self.rows.append((int(kind), name, BASE + int(round(start_us * US)), int(round(dur_us * US)), thread, corr, linked, cat))
         return len(self.rows) - 1
 
     def op(self, name: str, start_us: float, dur_us: float, thread: int = 0, *, inputs=None) -> int:

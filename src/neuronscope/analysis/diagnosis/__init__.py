@@ -89,7 +89,7 @@ def diagnose_trace(
     from ..intervals import busy_bins
     from .rules import Context, run_rules
     from .steps import find_steps
-    from .communication import communication
+    from .communication import measure as measure_communication
     from .timeline import CLASSES, build_timeline, gap_details, graph_launches
 
     facts = dict(facts or {})
@@ -146,10 +146,10 @@ def diagnose_trace(
         count_by_class={c: int(n_by[i]) for i, c in enumerate(CLASSES)},
         top=tuple(top),
     )
-    comm = communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if window_ns > 0 else None
+    comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if window_ns > 0 else (None, None, None)
     # no verdict over an empty window: "device-bound" over 0 us would be a guess
     bound_by = _verdict(busy_pct, idle_by_class) if window_ns > 0 else "none"
-    if comm is not None and _communication_bound(comm, busy_ns / 1e3, idle_by_class):
+    if comm is not None and _communication_bound(comm, tl, xs, xe):
         bound_by = "communication"
     idle_total = sum(idle_by_class.values())
     evidence: dict[str, Any] = {
@@ -211,11 +211,21 @@ def diagnose_trace(
     )
 
 
-def _communication_bound(comm: Communication, busy_us: float, idle_by_class: dict[str, float]) -> bool:
-    """Exposed collectives are the largest share of the window: larger than the compute no
-    collective shares the device with, and than any class of idle time."""
-    compute_us = busy_us - comm.exposed_us
-    return comm.exposed_us > 0 and comm.exposed_us >= max([compute_us, *idle_by_class.values()])
+def _communication_bound(comm: Communication, tl: Any, xs: Any, xe: Any) -> bool:
+    """Exposed collectives are the largest share of the window: larger than the compute beside
+    no collective, and than every class of idle time outside them (on a CPU run gloo works on
+    its own thread while the main thread idles: that idle time is the collective's, not twice)."""
+    from ..intervals import overlap_with
+    from .timeline import CLASSES
+
+    exposed_ns = int((xe - xs).sum())
+    shares = [tl.busy_ns - int(overlap_with(tl.busy_s, tl.busy_e, xs, xe).sum())]
+    for c in range(len(CLASSES)):
+        sel = tl.gap_cls == c
+        if sel.any():
+            gs, ge = tl.gap_s[sel], tl.gap_e[sel]
+            shares.append(int((ge - gs).sum()) - int(overlap_with(gs, ge, xs, xe).sum()))
+    return exposed_ns > 0 and exposed_ns >= max(shares)
 
 
 def _wait_text(tl: Any, call: int) -> str:

@@ -26,7 +26,7 @@ from ...trace.kinds import EventKind
 from ..intervals import clip, subtract, union
 from .model import CollectiveStats, Communication
 
-__all__ = ["COLLECTIVE_KERNEL", "collective_kind", "communication"]
+__all__ = ["COLLECTIVE_KERNEL", "collective_kind", "communication", "measure"]
 
 #: NCCL (and RCCL, which keeps NCCL's kernel names) kernels
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
@@ -141,15 +141,24 @@ def _ancestors(trace: Any, ops: np.ndarray) -> dict[int, int]:
 
 def communication(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray) -> Communication | None:
     """The run's communication, over the window [lo, hi); None when no collective ran."""
+    return measure(trace, lo, hi, busy_s, busy_e)[0]
+
+
+_NONE = (None, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+
+def measure(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray) -> tuple[Communication | None, np.ndarray, np.ndarray]:
+    """:func:`communication`, and the exposed intervals (for the verdict: on a CPU run they
+    overlap the main thread's idle time, which must not count twice)."""
     pos, op = _positions(trace)
     if not pos.size:
-        return None
+        return _NONE
     start = trace.start_ns[pos]
     end = start + trace.duration_ns[pos]
     cs, ce = clip(*union(start, end), lo, hi)
     collective_ns = int((ce - cs).sum())
     if collective_ns <= 0:
-        return None
+        return _NONE
     # compute: the device's busy time that is not a collective (CPU run: the main thread's)
     if trace.device == "cpu":
         ks, ke = subtract(busy_s, busy_e, cs, ce)
@@ -187,4 +196,4 @@ def communication(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.n
         overlap_pct=100.0 * (collective_ns - exposed_ns) / collective_ns,
         exposed_pct_of_window=100.0 * exposed_ns / window_ns,
         by_kind=tuple(by_kind),
-    )
+    ), xs, xe
