@@ -399,5 +399,6 @@ def test_dashboard_queries_use_the_exporters_real_names(live):
     assert used == set(PROMETHEUS_NAMES.values())
     # ... and each is a series Prometheus scraped from the exporter under exactly that name
     for name in used:
-        suffix = "_count" if name.endswith(("_seconds", "_bytes")) or name == "neuronscope_device_busy" else ""
+        histograms_without_unit = ("neuronscope_device_busy", "neuronscope_communication_exposed")
+        suffix = "_count" if name.endswith(("_seconds", "_bytes")) or name in histograms_without_unit else ""
         assert _at_end(prom, work, f'{name}{suffix}{{job="{JOB}"}}'), name
