@@ -214,6 +214,9 @@ class ProfileNeuron:
                 stash[0]._attach(run)
             return run
 
+        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+            return self._wrap_generator(func, target, name, save, decide, start)
+
         if self.trigger is not None:
             from .triggers import wrap_with_trigger
 
@@ -255,6 +258,58 @@ class ProfileNeuron:
             return result
 
         return wrapper(func)
+
+    def _wrap_generator(self, func: Any, target: Any, name: str, save: bool, decide: Any, start: Any) -> Any:
+        """A generator (streaming responses) is profiled over its whole iteration: from its first
+        ``next()`` to its last (or to ``close()`` when the consumer stops early), not around the
+        creation of the generator object, which runs none of its body. Consume it on one thread:
+        the profiler session belongs to the thread that started it."""
+        this = self
+        if self.trigger is not None:
+            raise ConfigurationError(
+                f"profile_neuron(trigger=...) on the generator {name!r}: triggers time calls, and a generator's call "
+                "returns at once; profile it with sampling options (every=, sample=) instead"
+            )
+
+        def finish(capture: _Capture, exc: BaseException | None) -> None:
+            # the consumer stopping early (close(), a client that disconnects) ends the profile normally
+            capture.end(None if isinstance(exc, (GeneratorExit, StopIteration, StopAsyncIteration)) else exc)
+
+        if inspect.isasyncgenfunction(target):
+
+            async def profiled_agen(wrapped: Any, args: Any, kwargs: Any, stash: Any) -> Any:
+                capture = _Capture(this, name, save_trace=save)
+                start(capture, stash)
+                try:
+                    async for item in wrapped(*args, **kwargs):
+                        yield item
+                except BaseException as exc:
+                    finish(capture, exc)
+                    raise
+                finish(capture, None)
+
+            @wrapt.decorator(enabled=decide)
+            def agen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                return profiled_agen(wrapped, args, kwargs, _arming.take_stash() or False)
+
+            return agen_wrapper(func)
+
+        def profiled_gen(wrapped: Any, args: Any, kwargs: Any, stash: Any) -> Any:
+            capture = _Capture(this, name, save_trace=save)
+            start(capture, stash)
+            try:
+                result = yield from wrapped(*args, **kwargs)
+            except BaseException as exc:
+                finish(capture, exc)
+                raise
+            finish(capture, None)
+            return result
+
+        @wrapt.decorator(enabled=decide)
+        def gen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            return profiled_gen(wrapped, args, kwargs, _arming.take_stash() or False)
+
+        return gen_wrapper(func)
 
     def __repr__(self) -> str:
         return f"<neuronscope.profile_neuron name={self.name!r} device={self.device!r}>"

@@ -146,9 +146,10 @@ def diagnose_trace(
         count_by_class={c: int(n_by[i]) for i, c in enumerate(CLASSES)},
         top=tuple(top),
     )
-    comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if window_ns > 0 else (None, None, None)
-    # no verdict over an empty window: "device-bound" over 0 us would be a guess
-    bound_by = _verdict(busy_pct, idle_by_class) if window_ns > 0 else "none"
+    # no verdict over an empty window: "device-bound" (or "launch-bound") over nothing is a guess
+    recorded = window_ns > 0 and _has_work(trace, tl.lo, tl.hi)
+    comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if recorded else (None, None, None)
+    bound_by = _verdict(busy_pct, idle_by_class) if recorded else "none"
     if comm is not None and _communication_bound(comm, tl, xs, xe):
         bound_by = "communication"
     idle_total = sum(idle_by_class.values())
@@ -174,11 +175,17 @@ def diagnose_trace(
             "may have stopped before the work ran, its activities may have left the device out, or the file may be "
             "in a format neuronscope does not read (please report it)"
         )
+    elif not recorded:
+        ctx.note(
+            f"nothing was recorded: no op and no device work ran in the {window_ns / 1e6:.3f} ms profiled — the code "
+            "under the profiler ran no torch ops (it failed before them, or returned a generator that was iterated "
+            "outside the profile), or the profiler's activities left them out"
+        )
     if tl.mode == "cpu_main_thread":
         ctx.note("no accelerator: 'device' is the CPU ops of the main thread, idle is the time between them")
     if not (trace.kind == 6).any():  # EventKind.PYTHON
         ctx.note("no source locations: profile with with_stack=True to get file:line for gaps and findings")
-    findings = run_rules(ctx)
+    findings = run_rules(ctx) if recorded else []
 
     # what the HTML timeline draws
     span = max(tl.hi - tl.lo, 1)
@@ -209,6 +216,16 @@ def diagnose_trace(
         timeline_data=timeline_data,
         communication=comm,
     )
+
+
+def _has_work(trace: Any, lo: int, hi: int) -> bool:
+    """Any op or device work in [lo, hi]: else the window holds nothing to judge."""
+    import numpy as np
+
+    from ...trace.kinds import EventKind
+
+    work = np.isin(trace.kind, [EventKind.OP, EventKind.DEVICE])
+    return bool((work & (trace.start_ns <= hi) & (trace.start_ns + trace.duration_ns >= lo)).any())
 
 
 def _communication_bound(comm: Communication, tl: Any, xs: Any, xe: Any) -> bool:
