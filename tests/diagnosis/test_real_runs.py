@@ -98,7 +98,9 @@ def _python_work(n: int) -> float:
     return s
 
 
-def test_item_in_the_loop_is_sync_bound(xw):
+def test_item_in_the_loop_on_a_cpu_is_not_a_sync(xw):
+    """On a CPU there is no queue for .item() to drain: the time after it is the Python work
+    that follows (removing .item() saves nothing), so no sync verdict and no sync advice."""
     x, w = xw
     with ns.profile_neuron(name="item") as run:
         for _ in range(30):
@@ -106,11 +108,10 @@ def test_item_in_the_loop_is_sync_bound(xw):
             _python_work(20_000 + int(v) % 2)
             ns.step()
     d = run.diagnosis
-    assert d.bound_by == "sync", d.headline()
-    f = d.finding("sync_in_loop")
-    assert f is not None and f.evidence["by_op"]["aten::item"] == 30
-    assert f.us_at_stake == pytest.approx(d.idle_us_by_class["sync"])
-    assert all(s.bound_by == "sync" for s in d.steps.per_step[1:])
+    assert d.bound_by == "host", d.headline()
+    assert d.finding("sync_in_loop") is None
+    assert d.idle_us_by_class["sync"] == 0.0
+    assert all(s.bound_by == "host" for s in d.steps.per_step[1:])
 
 
 def test_many_tiny_ops_are_launch_bound(xw):

@@ -145,16 +145,17 @@ def test_cpu_run_uses_the_main_threads_ops_and_labels_it():
     b.op("aten::add", 12, 8)          # 2 us between: launch (dispatch overhead)
     b.op("aten::mul", 2020, 10)       # [20, 2020): the host slept: host_wait
     b.op("aten::item", 2030, 5)       # [2030, 2035)
-    b.op("aten::mul", 2500, 10)       # [2035, 2500): after a sync: sync
+    b.op("aten::mul", 2500, 10)       # [2035, 2500): after .item() on a CPU: no queue to drain, host_wait
     b.op("aten::mul", 100, 15, thread=7)  # another thread's ops: not the main thread's timeline
     b.op("aten::mul", 1200, 15, thread=7)
     d = diagnose_trace(b.build(), serial=1)
     assert d.timeline == "cpu_main_thread"
     assert d.device_busy_us == pytest.approx(43.0)
-    # gaps: [10, 12) launch, [20, 2020) host_wait, [2035, 2500) sync (after aten::item), [2510, 3000) host_wait
+    # gaps: [10, 12) launch, [20, 2020) host_wait, [2035, 2500) host_wait (a CPU has no queue for
+    # .item() to drain: the time after it is the host's own work), [2510, 3000) host_wait
     assert d.idle_us_by_class["launch"] == pytest.approx(2.0)
-    assert d.idle_us_by_class["host_wait"] == pytest.approx(2000.0 + 490.0)
-    assert d.idle_us_by_class["sync"] == pytest.approx(465.0)
+    assert d.idle_us_by_class["host_wait"] == pytest.approx(2000.0 + 465.0 + 490.0)
+    assert d.idle_us_by_class["sync"] == pytest.approx(0.0)
     assert d.bound_by == "host"
     assert any("no accelerator" in n for n in d.notes)
 

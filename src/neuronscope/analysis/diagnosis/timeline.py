@@ -14,7 +14,7 @@ host side (before the launch; the whole gap where the launch is unknown, and on 
 
 1. ``compile``   compilation events (torch.compile, Neuron) cover >= half of it;
 2. ``data``      data-loading regions (``enumerate(DataLoader)#...``, ...) cover >= half of it;
-3. ``sync``      it began while, or right as, the host finished a host-device sync
+3. ``sync``      (device runs) it began while, or right as, the host finished a host-device sync
                  (``.item()``, ``.cpu()``, ``*Synchronize``): the sync drained the queue; or
                  the host was blocked in a synchronising call for >= half of it (time blocked
                  in a sync is never ``host_wait``);
@@ -207,7 +207,9 @@ def build_timeline(
     split = np.clip(split, gs, ge)
     blocked_s, blocked_e = _blocked(trace, blocking, end, host_threads)
     hs, he = gs, split  # host pieces
-    cls = _host_classes(trace, hs, he, top, top_is_sync, end, threshold_ns, ds, de, cs, ce, blocked_s, blocked_e)
+    # on a CPU there is no queue for a value read to drain: the time after .item() is host work
+    sync_top = top_is_sync if device_mode else np.zeros_like(top_is_sync)
+    cls = _host_classes(trace, hs, he, top, sync_top, end, threshold_ns, ds, de, cs, ce, blocked_s, blocked_e)
     wait = np.full(gs.size, -1, dtype=np.int64)
     if device_mode:
         dev_cls, dev_wait = _device_classes(trace, bs, be, split, ge, threshold_ns, end, queued=split <= gs)
