@@ -110,7 +110,8 @@ def test_a_fused_or_wrapping_optimizer_is_not_called_single_tensor():
         if inner:
             events.append({**_op(f"Optimizer.step#{inner}.step", t + 1, 98, 2, cat="user_annotation")})
         events += [_op(n, t + 5 + 10 * k, 5, 10 + k) for k, n in enumerate(["aten::add_", "aten::mul_", "aten::addcmul_", "aten::sqrt", "aten::div"])]
-        return events
+        # on a GPU (foreach saves kernel launches there; a CPU-only run gets no such advice)
+        return events + [_rt("cudaLaunchKernel", t + 6, 2, 900, 10), _kernel("add_kernel", t + 9, 2, 900, 10)]
 
     def finding(events):
         return diagnose_trace(parse_trace_bytes(_trace(events))).finding("optimizer_single_tensor")

@@ -160,9 +160,9 @@ def test_torchtidy_patterns_in_real_training_code():
         for i in range(20):  # indexing a tensor in a Python loop
             t[i] * 2.0
     rules = _rules(run)
-    assert {"optimizer_single_tensor", "grad_not_set_to_none", "sync_dataloader", "forloop_indexing",
-            "conv_bias_before_bn"} <= rules, rules
-    assert "SGD" in run.diagnosis.finding("optimizer_single_tensor").message
+    assert {"grad_not_set_to_none", "sync_dataloader", "forloop_indexing", "conv_bias_before_bn"} <= rules, rules
+    # foreach saves kernel launches on an accelerator; on a CPU it saves nothing (no advice)
+    assert "optimizer_single_tensor" not in rules
     assert run.diagnosis.finding("forloop_indexing").evidence["iterations"] >= 10
 
 

@@ -185,7 +185,7 @@ def diagnose_trace(
         ctx.note("no accelerator: 'device' is the CPU ops of the main thread, idle is the time between them")
     if not (trace.kind == 6).any():  # EventKind.PYTHON
         ctx.note("no source locations: profile with with_stack=True to get file:line for gaps and findings")
-    findings = run_rules(ctx) if recorded else []
+    findings = _cause_first(run_rules(ctx), bound_by) if recorded else []
 
     # what the HTML timeline draws
     span = max(tl.hi - tl.lo, 1)
@@ -216,6 +216,24 @@ def diagnose_trace(
         timeline_data=timeline_data,
         communication=comm,
     )
+
+
+#: the findings that name each verdict's cause
+_CAUSE_RULES = {
+    "data": ("sync_dataloader", "data_wait"),
+    "sync": ("sync_in_loop",),
+    "launch": ("launch_bound_loop",),
+    "compile": ("compile_in_window", "neuron_recompilation"),
+    "communication": ("exposed_communication",),
+}
+
+
+def _cause_first(findings: list, bound_by: str) -> list:
+    """The verdict's cause leads when the trace shows one (data-bound: the data finding first),
+    then the rest by time at stake — so the top finding never contradicts the verdict."""
+    rules = _CAUSE_RULES.get(bound_by, ())
+    lead = [f for f in findings if f.rule in rules]
+    return lead + [f for f in findings if f.rule not in rules]
 
 
 def _has_work(trace: Any, lo: int, hi: int) -> bool:

@@ -10,6 +10,12 @@ repetitions are cut into their repeating unit. Ops
 inside another op (``torch.rms_norm``'s own decomposition) or inside a compiled graph are
 not top-level, so they never match. Time at stake: the chain's device time beyond its most
 expensive op (a fused kernel costs about one pass), plus the dispatch gaps between its ops.
+
+Not a chain: an optimizer's per-parameter updates (inside ``Optimizer.step#…``: independent
+tensors; ``optimizer_single_tensor`` covers them) and one in-place op repeated (``add_ → add_
+→ add_``: one tensor after another). ``torch.rms_norm`` is advised only where it fuses: not on
+a CPU, where torch 2.13 runs it as the same pow/mean/mul, nor where the trace shows it
+decomposing.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ def elementwise_chain(ctx: Context) -> list:
     if top.size < _MIN_ELEMENTWISE:
         return []
     ew, red = elementwise_mask(trace, top)
-    member = ew | red
+    # an optimizer's per-parameter updates (add_ on each weight) are independent, not a chain
+    member = (ew | red) & ~_in_optimizer_step(ctx, top)
     start = trace.start_ns[top]
     end = start + trace.duration_ns[top]
     gap = np.zeros(top.size, dtype=np.int64)
@@ -87,8 +94,14 @@ def elementwise_chain(ctx: Context) -> list:
         op_names = [trace.names[n] for n in sig]
         chain = " → ".join(n.removeprefix("aten::") for n in op_names)
         distinct = set(op_names)
-        if _RMSNORM <= distinct:
+        if len(distinct) == 1 and op_names[0].endswith("_"):
+            continue  # the same in-place update on one tensor after another: independent, not a chain
+        if _RMSNORM <= distinct and ctx.device != "cpu" and not _decomposes(trace, "aten::rms_norm"):
             fix = "use torch.rms_norm (one fused op) or torch.compile the function"
+        elif _RMSNORM <= distinct:
+            # on a CPU (torch <= 2.13) torch.rms_norm runs these same pow/mean/mul ops: only a
+            # compiler fuses them
+            fix = "torch.compile the function (torch.rms_norm runs these same ops on this device)"
         elif _SOFTMAX <= distinct:
             fix = "use torch.softmax / torch.nn.functional ops, or torch.compile the function"
         else:
@@ -115,6 +128,35 @@ def elementwise_chain(ctx: Context) -> list:
     if any(f.evidence["occurrences"] > 1 for f in out):  # leftovers of a loop's first or last pass
         out = [f for f in out if f.evidence["occurrences"] > 1]
     return out[:3]
+
+
+def _in_optimizer_step(ctx: Context, positions: np.ndarray) -> np.ndarray:
+    """Which of the ops at ``positions`` ran inside an ``Optimizer.step#...`` annotation."""
+    trace = ctx.trace
+    steps = np.flatnonzero(trace.name_mask(lambda n: n.startswith("Optimizer.step#")))
+    if not steps.size or not positions.size:
+        return np.zeros(positions.size, dtype=bool)
+    s_start = trace.start_ns[steps]
+    order = np.argsort(s_start)
+    s_start, s_end = s_start[order], (s_start + trace.duration_ns[steps])[order]
+    reach = np.maximum.accumulate(s_end)
+    at = trace.start_ns[positions]
+    i = np.searchsorted(s_start, at, side="right") - 1
+    return (i >= 0) & (at < reach[np.maximum(i, 0)])
+
+
+def _decomposes(trace: object, fused: str) -> bool:
+    """The trace shows ``fused`` (``aten::rms_norm``) running as several ops inside it."""
+    from ....trace.kinds import EventKind
+
+    pos = np.flatnonzero((trace.kind == EventKind.OP) & trace.name_mask(lambda n: n == fused))  # type: ignore[attr-defined]
+    if not pos.size:
+        return False
+    end = trace.start_ns[pos] + trace.duration_ns[pos]  # type: ignore[attr-defined]
+    ops = np.flatnonzero((trace.kind == EventKind.OP) & trace.name_mask(lambda n: n in _RMSNORM))  # type: ignore[attr-defined]
+    first, last = int(trace.start_ns[pos[0]]), int(end[0])  # type: ignore[attr-defined]
+    inside = (trace.start_ns[ops] >= first) & (trace.start_ns[ops] < last)  # type: ignore[attr-defined]
+    return int(inside.sum()) >= 2
 
 
 def _unit(names: np.ndarray, max_period: int = 64) -> int:
