@@ -90,15 +90,17 @@ def _resolve(trace: Any) -> Launches:
     node_of[tree_pos] = np.arange(tree_pos.size, dtype=np.int64)
     has_launch = launch >= 0
     runtime_node = np.where(has_launch, node_of[np.maximum(launch, 0)], -1)
-    is_op_node = kind[tree_pos] == EventKind.OP
-    anc = np.where(runtime_node >= 0, nesting.parent[np.maximum(runtime_node, 0)], -1)
-    while True:
-        climb = (anc >= 0) & ~is_op_node[np.maximum(anc, 0)]
-        if not bool(climb.any()):
-            break
-        anc = np.where(climb, nesting.parent[np.maximum(anc, 0)], anc)
-    op = np.where(anc >= 0, tree_pos[np.maximum(anc, 0)], -1)
-    op = _checked(trace, launch, op)
+    op = none.copy()
+    if tree_pos.size:  # a trace of device work alone has no CPU tree to walk
+        is_op_node = kind[tree_pos] == EventKind.OP
+        anc = np.where(runtime_node >= 0, nesting.parent[np.maximum(runtime_node, 0)], -1)
+        while True:
+            climb = (anc >= 0) & ~is_op_node[np.maximum(anc, 0)]
+            if not bool(climb.any()):
+                break
+            anc = np.where(climb, nesting.parent[np.maximum(anc, 0)], anc)
+        op = np.where(anc >= 0, tree_pos[np.maximum(anc, 0)], -1)
+        op = _checked(trace, launch, op)
 
     # 3. no runtime call recorded for it: the External id, as the only link the trace gives
     fallback = ~has_launch & (trace.linked_correlation_id[dev] > 0)
