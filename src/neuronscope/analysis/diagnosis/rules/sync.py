@@ -20,7 +20,9 @@ from . import Context, rule
 @rule("sync_in_loop")
 def sync_in_loop(ctx: Context) -> list:
     tl, trace = ctx.timeline, ctx.trace
-    if tl.mode != "device" or not tl.top_is_sync.any():
+    if tl.mode != "device":
+        return _cpu_value_reads(ctx)
+    if not tl.top_is_sync.any():
         return []
     syncs = tl.top_ops[tl.top_is_sync]
     n = int(syncs.size)
@@ -42,5 +44,31 @@ def sync_in_loop(ctx: Context) -> list:
             idle_ns / 1e3,
             {"syncs": n, "by_op": dict(by_op), "sync_idle_us": round(idle_ns / 1e3, 3), "locations": where,
              "host_time_in_syncs_us": round(float(np.sum(trace.duration_ns[syncs])) / 1e3, 3)},
+        )
+    ]
+
+
+def _cpu_value_reads(ctx: Context) -> list:
+    """On a CPU a value read drains no queue: what removing it saves is its own time (dispatch,
+    the scalar copy), which a tight loop can still notice. Claimed only when that is >= 2 % of
+    the window (below, no advice)."""
+    from ....trace.kinds import EventKind
+
+    trace, tl = ctx.trace, ctx.timeline
+    reads = np.flatnonzero(
+        (trace.kind == EventKind.OP) & (trace.thread == tl.main_thread) & trace.name_mask(lambda n: n in ("aten::item", "aten::tolist"))
+    )
+    reads = reads[np.isin(reads, tl.top_ops)] if reads.size else reads
+    own_ns = int(trace.duration_ns[reads].sum()) if reads.size else 0
+    if reads.size < max(3, ctx.steps) or own_ns < 0.02 * max(tl.window_ns, 1):
+        return []
+    return [
+        ctx.finding(
+            "sync_in_loop",
+            f"{reads.size} value reads (.item()) in the loop cost {own_ns / 1e6:.3f} ms of their own; on a CPU there is "
+            "no device queue for them to drain, so reading once per N steps saves only that",
+            own_ns / 1e3,
+            {"syncs": int(reads.size), "own_time_us": round(own_ns / 1e3, 3), "device": "cpu"},
+            severity="low",
         )
     ]
