@@ -17,9 +17,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "real_traces"))
 
-import neuronscope as ns  # noqa: E402
-from neuronscope.analysis.summary import summarize  # noqa: E402
-from reference import placed_differently, raw_events, reference_attribution  # noqa: E402
+from reference import placed_differently, raw_events, reference_attribution
+
+import neuronscope as ns
+from neuronscope.analysis.summary import summarize
 
 
 def main(argv: list[str]) -> int:

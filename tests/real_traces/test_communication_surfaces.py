@@ -15,6 +15,8 @@ from neuronscope.cli import cli
 from neuronscope.report.html import write_html
 from neuronscope.sinks.otel.spans import diagnosis_attributes
 
+from report.test_html_in_chromium import browser  # noqa: F401 - the real Chromium the HTML tests use
+
 from .test_real_traces import _corpus_file
 
 DDP = "tracelens__tests_traces_mi300_resnet_act_checkpoint.json.gz"
@@ -68,31 +70,20 @@ def test_rank_profile_carries_exposed_collective_time(ddp):
     assert profile["window"]["collective_us"] == pytest.approx(d.communication.collective_us, abs=1.0)
 
 
-def test_html_report_in_chromium(ddp, tmp_path):
-    from report.test_html_in_chromium import _chromium, _unavailable
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install playwright)")
-    executable = _chromium()
-    if executable is None:
-        _unavailable("no chromium found (apt-get install -y chromium, or set NEURONSCOPE_CHROMIUM)")
+def test_html_report_in_chromium(ddp, browser, tmp_path):
     path, d = ddp
     html = write_html(ns.load_trace(path), tmp_path / "ddp.html")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(html.resolve().as_uri(), wait_until="load")
-            box = page.locator("div.communication").first
-            assert box.is_visible()
-            assert float(box.get_attribute("data-exposed-us")) == pytest.approx(d.communication.exposed_us, abs=1e-2)
-            kinds = page.locator("div.communication table.collectives tbody tr").evaluate_all("rs => rs.map(r => r.dataset.kind)")
-            assert kinds == [k.kind for k in d.communication.by_kind]
-            assert "communication-bound" in page.locator("p.verdict").first.inner_text()
-            assert errors == []
-        finally:
-            browser.close()
+    page = browser.new_page()
+    try:
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(html.resolve().as_uri(), wait_until="load")
+        box = page.locator("div.communication").first
+        assert box.is_visible()
+        assert float(box.get_attribute("data-exposed-us")) == pytest.approx(d.communication.exposed_us, abs=1e-2)
+        kinds = page.locator("div.communication table.collectives tbody tr").evaluate_all("rs => rs.map(r => r.dataset.kind)")
+        assert kinds == [k.kind for k in d.communication.by_kind]
+        assert "communication-bound" in page.locator("p.verdict").first.inner_text()
+        assert errors == []
+    finally:
+        page.close()

@@ -31,12 +31,12 @@ from .model import (
 
 __all__ = [
     "BOUND_BY",
-    "CollectiveStats",
-    "Communication",
     "DEFAULT_GAP_THRESHOLD_US",
     "DEVICE_BOUND_PCT",
     "DIAGNOSIS_SCHEMA_VERSION",
     "GAP_CLASSES",
+    "CollectiveStats",
+    "Communication",
     "Diagnosis",
     "Finding",
     "Gap",
@@ -87,9 +87,9 @@ def diagnose_trace(
     import numpy as np
 
     from ..intervals import busy_bins
+    from .communication import measure as measure_communication
     from .rules import Context, run_rules
     from .steps import find_steps
-    from .communication import measure as measure_communication
     from .timeline import CLASSES, build_timeline, gap_details, graph_launches
 
     facts = dict(facts or {})
