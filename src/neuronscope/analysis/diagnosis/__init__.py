@@ -55,7 +55,6 @@ TIMELINE_GAPS = 2000
 MAX_STEPS_SAVED = 1000
 _VERDICT_OF = {
     "host_wait": "host",
-    "other": "host",  # summaries saved before stream_wait existed
     "launch": "launch",
     "sync": "sync",
     "data": "data",
@@ -67,9 +66,7 @@ _VERDICT_OF = {
 def _verdict(busy_pct: float, idle_by_class: dict[str, float]) -> str:
     if busy_pct >= DEVICE_BOUND_PCT or not any(idle_by_class.values()):
         return "device"
-    classes = [c for c in idle_by_class if c in _VERDICT_OF]
-    order = {c: i for i, c in enumerate(GAP_CLASSES)}
-    top = max(classes, key=lambda c: (idle_by_class.get(c, 0.0), -order.get(c, len(order))))
+    top = max(GAP_CLASSES, key=lambda c: (idle_by_class.get(c, 0.0), -GAP_CLASSES.index(c)))
     return _VERDICT_OF[top]
 
 

@@ -26,7 +26,7 @@ from ...trace.kinds import EventKind
 from ..intervals import clip, subtract, union
 from .model import CollectiveStats, Communication
 
-__all__ = ["COLLECTIVE_KERNEL", "collective_kind", "communication", "measure"]
+__all__ = ["COLLECTIVE_KERNEL", "collective_kind", "measure"]
 
 #: NCCL (and RCCL, which keeps NCCL's kernel names) kernels
 NCCL_KERNEL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
@@ -122,13 +122,14 @@ def _ancestors(trace: Any, ops: np.ndarray) -> dict[int, int]:
 
     cpu, nesting = nest_kinds(trace, (EventKind.OP, EventKind.REGION, EventKind.RUNTIME))
     tree_pos = cpu[nesting.order]
-    node_of = {int(p): i for i, p in enumerate(tree_pos.tolist())} if ops.size else {}
+    node_of = np.full(len(trace), -1, dtype=np.int64)
+    node_of[tree_pos] = np.arange(tree_pos.size, dtype=np.int64)
     out: dict[int, int] = {}
     frontier = {int(o) for o in ops.tolist() if o >= 0}
     for _ in range(6):
         nxt = set()
         for o in frontier:
-            node = node_of.get(o, -1)
+            node = int(node_of[o])
             parent = int(nesting.parent[node]) if node >= 0 else -1
             out[o] = int(tree_pos[parent]) if parent >= 0 else -1
             if out[o] >= 0 and out[o] not in out:
@@ -139,17 +140,13 @@ def _ancestors(trace: Any, ops: np.ndarray) -> dict[int, int]:
     return out
 
 
-def communication(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray) -> Communication | None:
-    """The run's communication, over the window [lo, hi); None when no collective ran."""
-    return measure(trace, lo, hi, busy_s, busy_e)[0]
-
-
 _NONE = (None, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
 def measure(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray) -> tuple[Communication | None, np.ndarray, np.ndarray]:
-    """:func:`communication`, and the exposed intervals (for the verdict: on a CPU run they
-    overlap the main thread's idle time, which must not count twice)."""
+    """The run's communication over the window [lo, hi) (None when no collective ran), and its
+    exposed intervals (for the verdict: on a CPU run they overlap the main thread's idle time,
+    which must not count twice)."""
     pos, op = _positions(trace)
     if not pos.size:
         return _NONE

@@ -411,17 +411,13 @@ def graph_launches(trace: Trace, busy_s: np.ndarray, busy_e: np.ndarray) -> tupl
     if not calls.size:
         return 0, []
     launches = device_launches(trace)
-    first: dict[int, int] = {}
-    for d, r in zip(launches.device.tolist(), launches.runtime.tolist()):
-        if r >= 0:
-            s = int(trace.start_ns[d])
-            if s < first.get(r, s + 1):
-                first[r] = s
-    seen = [c for c in calls.tolist() if c in first]
-    if not seen:
+    mine = np.isin(launches.runtime, calls)  # device work a graph launch queued
+    if not mine.any():
         return int(calls.size), []
+    seen, where = np.unique(launches.runtime[mine], return_inverse=True)
+    b = np.full(seen.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(b, where.reshape(-1), trace.start_ns[launches.device[mine]])  # each launch's first kernel
     a = trace.start_ns[seen]
-    b = np.array([first[c] for c in seen], dtype=np.int64)
     idle = (b - a) - overlap_with(a, np.maximum(a, b), busy_s, busy_e)
     return int(calls.size), [float(x) / 1e3 for x in np.maximum(idle, 0).tolist()]
 

@@ -20,6 +20,8 @@ decomposing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..timeline import elementwise_mask, source_of
@@ -145,17 +147,17 @@ def _in_optimizer_step(ctx: Context, positions: np.ndarray) -> np.ndarray:
     return (i >= 0) & (at < reach[np.maximum(i, 0)])
 
 
-def _decomposes(trace: object, fused: str) -> bool:
+def _decomposes(trace: Any, fused: str) -> bool:
     """The trace shows ``fused`` (``aten::rms_norm``) running as several ops inside it."""
     from ....trace.kinds import EventKind
 
-    pos = np.flatnonzero((trace.kind == EventKind.OP) & trace.name_mask(lambda n: n == fused))  # type: ignore[attr-defined]
+    pos = np.flatnonzero((trace.kind == EventKind.OP) & trace.name_mask(lambda n: n == fused))
     if not pos.size:
         return False
-    end = trace.start_ns[pos] + trace.duration_ns[pos]  # type: ignore[attr-defined]
-    ops = np.flatnonzero((trace.kind == EventKind.OP) & trace.name_mask(lambda n: n in _RMSNORM))  # type: ignore[attr-defined]
-    first, last = int(trace.start_ns[pos[0]]), int(end[0])  # type: ignore[attr-defined]
-    inside = (trace.start_ns[ops] >= first) & (trace.start_ns[ops] < last)  # type: ignore[attr-defined]
+    end = trace.start_ns[pos] + trace.duration_ns[pos]
+    ops = np.flatnonzero((trace.kind == EventKind.OP) & trace.name_mask(lambda n: n in _RMSNORM))
+    first, last = int(trace.start_ns[pos[0]]), int(end[0])
+    inside = (trace.start_ns[ops] >= first) & (trace.start_ns[ops] < last)
     return int(inside.sum()) >= 2
 
 

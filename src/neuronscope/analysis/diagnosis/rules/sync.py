@@ -29,7 +29,7 @@ def sync_in_loop(ctx: Context) -> list:
     if n < max(3, ctx.steps):
         return []
     idle_ns = int(tl.gap_ns()[tl.gap_cls == CLASS_INDEX["sync"]].sum())
-    if idle_ns <= 0 and tl.mode == "device":
+    if idle_ns <= 0:
         return []
     by_op = Counter(trace.names[int(i)] for i in trace.name_id[syncs])
     where = source_of(trace, syncs, limit=3)
@@ -52,14 +52,10 @@ def _cpu_value_reads(ctx: Context) -> list:
     """On a CPU a value read drains no queue: what removing it saves is its own time (dispatch,
     the scalar copy), which a tight loop can still notice. Claimed only when that is >= 2 % of
     the window (below, no advice)."""
-    from ....trace.kinds import EventKind
-
     trace, tl = ctx.trace, ctx.timeline
-    reads = np.flatnonzero(
-        (trace.kind == EventKind.OP) & (trace.thread == tl.main_thread) & trace.name_mask(lambda n: n in ("aten::item", "aten::tolist"))
-    )
-    reads = reads[np.isin(reads, tl.top_ops)] if reads.size else reads
-    own_ns = int(trace.duration_ns[reads].sum()) if reads.size else 0
+    top = tl.top_ops  # the main thread's top-level ops
+    reads = top[trace.name_mask(lambda n: n in ("aten::item", "aten::tolist"))[top]] if top.size else top
+    own_ns = int(trace.duration_ns[reads].sum())
     if reads.size < max(3, ctx.steps) or own_ns < 0.02 * max(tl.window_ns, 1):
         return []
     return [
