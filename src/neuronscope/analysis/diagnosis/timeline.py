@@ -43,8 +43,18 @@ import numpy as np
 
 from ...trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, EventKind
 from ...trace.model import Trace
+from ..callsite import frame_line, with_line
 from ..intervals import clip, complement, overlap_with, subtract, union
-from .categories import ASYNC_COPY, ELEMENTWISE, REDUCTIONS, SYNC_OPS, SYNC_RUNTIME, is_compile, is_data, user_frame
+from .categories import (
+    ASYNC_COPY,
+    ELEMENTWISE,
+    REDUCTIONS,
+    SYNC_OPS,
+    SYNC_RUNTIME,
+    is_compile,
+    is_data,
+    user_frame,
+)
 
 __all__ = ["CLASS_INDEX", "Timeline", "blocking_calls", "build_timeline"]
 
@@ -436,7 +446,7 @@ def gap_details(tl: Timeline, k: int) -> tuple[tuple[tuple[str, float], ...], st
     )
     overlaps: dict[str, int] = {}
     source = None
-    best_start = -1
+    best_start = best = -1
     span = max(b - a, 1)
     for i in cand.tolist():
         name = trace.names[int(trace.name_id[i])]
@@ -447,9 +457,18 @@ def gap_details(tl: Timeline, k: int) -> tuple[tuple[tuple[str, float], ...], st
             frame = user_frame(name)
             # the innermost user frame that was running for most of the gap
             if frame is not None and 2 * ov >= span and int(trace.start_ns[i]) > best_start:
-                source, best_start = frame, int(trace.start_ns[i])
+                source, best_start, best = frame, int(trace.start_ns[i]), i
             continue
         overlaps[name] = overlaps.get(name, 0) + ov
+    if best >= 0:
+        # the line of that frame that made the call running through most of the gap
+        inside = cand[(trace.start_ns[cand] > trace.start_ns[best]) & (end[cand] <= end[best])]
+        if inside.size:
+            ov_in = np.minimum(end[inside], b) - np.maximum(trace.start_ns[inside], a)
+            child = int(inside[np.argmax(ov_in)])
+            if ov_in.max() > 0:
+                py = cand[trace.kind[cand] == EventKind.PYTHON]
+                source = call_site(trace, py, best, child, end)
     top = tuple((n, ns / 1e3) for n, ns in sorted(overlaps.items(), key=lambda kv: -kv[1])[:3])
     before = after = None
     dev = np.flatnonzero(trace.kind == EventKind.DEVICE) if tl.mode == "device" else tl.top_ops
@@ -473,22 +492,51 @@ def elementwise_mask(trace: Trace, positions: np.ndarray) -> tuple[np.ndarray, n
 
 def source_of(trace: Trace, positions: np.ndarray, limit: int = 3) -> list[str]:
     """``file:line (func)`` of the innermost user Python frame around each op (needs with_stack),
-    most frequent first, at most ``limit``."""
+    the line being the one that made the call (:mod:`..callsite`), most frequent first, at most
+    ``limit``."""
     py = np.flatnonzero(trace.kind == EventKind.PYTHON)
     if not py.size or not positions.size:
         return []
-    frames = np.array([user_frame(n) is not None for n in trace.names], dtype=bool)[trace.name_id[py]]
-    py = py[frames]
-    if not py.size:
+    is_user = np.array([user_frame(n) is not None for n in trace.names], dtype=bool)[trace.name_id[py]]
+    if not is_user.any():
         return []
     end = trace.start_ns + trace.duration_ns
     counts: dict[str, int] = {}
-    for p in positions[:2000].tolist():
-        s, t = int(trace.start_ns[p]), int(trace.thread[p])
-        around = py[(trace.thread[py] == t) & (trace.start_ns[py] <= s) & (end[py] >= s)]
-        if around.size:
-            inner = int(around[np.argmax(trace.start_ns[around])])
-            frame = user_frame(trace.names[int(trace.name_id[inner])])
-            if frame:
-                counts[frame] = counts.get(frame, 0) + 1
+    for p in positions[:200].tolist():
+        inner = _innermost_user_frame(trace, py, is_user, int(p))
+        if inner is not None:
+            where = call_site(trace, py, inner, int(p), end)
+            counts[where] = counts.get(where, 0) + 1
     return [f for f, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:limit]]
+
+
+def _innermost_user_frame(trace: Trace, py: np.ndarray, is_user: np.ndarray, p: int) -> int | None:
+    s, t = int(trace.start_ns[p]), int(trace.thread[p])
+    mine = py[is_user]
+    around = mine[(trace.thread[mine] == t) & (trace.start_ns[mine] <= s) & (trace.start_ns[mine] + trace.duration_ns[mine] >= s)]
+    if not around.size:
+        return None
+    return int(around[np.argmax(trace.start_ns[around])])
+
+
+def call_site(trace: Trace, py: np.ndarray, frame: int, p: int, end: np.ndarray) -> str:
+    """``file:line (func)`` of the line in Python frame ``frame`` that made the call leading to
+    the event at ``p``: the frame's child call around ``p`` (or ``p`` itself, an op called by an
+    operator), matched with the source; the frame's own first line where that cannot be told."""
+    name = trace.names[int(trace.name_id[frame])]
+    fs, fe, t = int(trace.start_ns[frame]), int(end[frame]), int(trace.thread[frame])
+    s = int(trace.start_ns[p])
+    mine = py[(trace.thread[py] == t) & (trace.start_ns[py] > fs) & (end[py] <= fe)]
+    around = mine[(trace.start_ns[mine] <= s) & (end[mine] >= s)]
+    if around.size:
+        callee = int(around[np.argmin(trace.start_ns[around])])
+        same = mine[(trace.name_id[mine] == trace.name_id[callee]) & (trace.start_ns[mine] < trace.start_ns[callee])]
+    else:
+        callee = p
+        ops = np.flatnonzero((trace.name_id == trace.name_id[p]) & (trace.thread == t) & (trace.start_ns > fs) & (trace.start_ns < s))
+        same = ops
+    line = frame_line(name, trace.names[int(trace.name_id[callee])], int(same.size))
+    where = user_frame(name) or name
+    if line is None:
+        return where
+    return with_line(name, line)
