@@ -11,6 +11,8 @@ __all__ = [
     "device_label",
     "FILTERED_NAMES",
     "INPUT_OPS",
+    "POINTWISE_OPS",
+    "REDUCTION_OPS",
     "MARKER_CAPTURE",
     "MARKER_CAPTURE_END",
     "MARKER_PREFIX",
@@ -128,9 +130,22 @@ def device_label(
             return prefix
     return "cuda"
 
-#: Ops whose input shapes/dtypes the trace model keeps (when recorded): the advisor's rules
-#: about matmul precision/alignment, convolution bias and copies need them, nothing else does.
-INPUT_OPS = frozenset(
+#: pointwise ops: a chain of them reads and writes the whole tensor once each, unfused
+POINTWISE_OPS = frozenset(
+    "aten::" + n
+    for n in (
+        "mul mul_ add add_ sub sub_ div div_ pow pow_ rsqrt rsqrt_ sqrt sqrt_ exp exp_ log log_ neg neg_ "
+        "reciprocal reciprocal_ abs abs_ sigmoid sigmoid_ tanh tanh_ relu relu_ gelu gelu_ silu silu_ "
+        "clamp clamp_ clamp_min clamp_min_ clamp_max where maximum minimum square erf erf_ sin cos "
+        "softplus hardswish leaky_relu elu addcmul addcdiv lerp"
+    ).split()
+)
+#: reductions
+REDUCTION_OPS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::max", "aten::var", "aten::std", "aten::norm"})
+
+#: Ops whose input shapes/dtypes the trace model keeps (when recorded): the rules about matmul
+#: precision/alignment, convolution bias and copies, and the bytes an elementwise chain moves.
+INPUT_OPS = POINTWISE_OPS | REDUCTION_OPS | frozenset(
     {
         "aten::mm",
         "aten::bmm",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import sys
 
+from ...trace.kinds import POINTWISE_OPS, REDUCTION_OPS
+
 __all__ = [
     "ASYNC_COPY",
     "COMPILE",
@@ -65,18 +67,10 @@ SYNC_RUNTIME = re.compile(
 #: its copy on the device ended
 ASYNC_COPY = re.compile(r"^(?:cuda|hip|cu)Memcpy\w*Async", re.IGNORECASE)
 
-#: pointwise ops: a chain of them reads and writes the whole tensor once each, unfused
-ELEMENTWISE = frozenset(
-    "aten::" + n
-    for n in (
-        "mul mul_ add add_ sub sub_ div div_ pow pow_ rsqrt rsqrt_ sqrt sqrt_ exp exp_ log log_ neg neg_ "
-        "reciprocal reciprocal_ abs abs_ sigmoid sigmoid_ tanh tanh_ relu relu_ gelu gelu_ silu silu_ "
-        "clamp clamp_ clamp_min clamp_min_ clamp_max where maximum minimum square erf erf_ sin cos "
-        "softplus hardswish leaky_relu elu addcmul addcdiv lerp"
-    ).split()
-)
-#: reductions that often sit inside an elementwise chain (RMSNorm's mean, softmax's sum)
-REDUCTIONS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::max", "aten::var", "aten::std", "aten::norm"})
+#: pointwise ops and the reductions that often sit inside an elementwise chain (RMSNorm's mean,
+#: softmax's sum): defined with the trace model, which keeps their input shapes
+ELEMENTWISE = POINTWISE_OPS
+REDUCTIONS = REDUCTION_OPS
 #: ops that launch no compute of their own (views, metadata, allocation)
 METADATA_OPS = frozenset(
     "aten::" + n

@@ -45,6 +45,37 @@ class Context:
         evidence = {**evidence, "pct_of_window": round(100 * share, 2)}
         return Finding(rule_id, message, float(us), evidence, sev, self.per_step(us))
 
+    def unprofiled_ns(self, host_ns: float, positions: Any) -> float:
+        """Host time ``host_ns`` spent in the ops at ``positions`` less what the profiler added
+        to it: ``PROFILER_NS_PER_EVENT`` for each event recorded inside them (the ops and all
+        they ran) — what the time would be unprofiled, which is what a fix saves."""
+        import numpy as np
+
+        from ...hardware import PROFILER_NS_PER_EVENT
+
+        trace = self.trace
+        positions = np.asarray(positions, dtype=np.int64)
+        if not positions.size:
+            return float(host_ns)
+        ops = self.facts.get("_ops_by_start")
+        if ops is None:
+            from ....trace.kinds import EventKind
+
+            sel = np.flatnonzero(trace.kind == EventKind.OP)
+            order = np.lexsort((trace.start_ns[sel], trace.thread[sel]))
+            sel = sel[order]
+            ops = self.facts["_ops_by_start"] = (trace.thread[sel], trace.start_ns[sel])
+        threads, starts = ops
+        events = 0
+        for t in np.unique(trace.thread[positions]).tolist():
+            lo_t, hi_t = np.searchsorted(threads, t, "left"), np.searchsorted(threads, t, "right")
+            mine = positions[trace.thread[positions] == t]
+            a = trace.start_ns[mine]
+            b = a + trace.duration_ns[mine]
+            run = starts[lo_t:hi_t]
+            events += int((np.searchsorted(run, b, "right") - np.searchsorted(run, a, "left")).sum())
+        return max(0.0, float(host_ns) - events * PROFILER_NS_PER_EVENT)
+
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)

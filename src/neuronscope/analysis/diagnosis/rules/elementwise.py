@@ -24,12 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from ....trace.kinds import REDUCTION_OPS
 from ..timeline import elementwise_mask, source_of
 from . import Context, rule
 
 _MIN_ELEMENTWISE = 3  # HTA's min_pattern_len
 _RMSNORM = {"aten::pow", "aten::mean", "aten::rsqrt", "aten::mul"}
 _SOFTMAX = {"aten::exp", "aten::sum", "aten::div"}
+_REDUCTION_NAMES = REDUCTION_OPS
 
 
 @rule("elementwise_chain")
@@ -90,7 +92,13 @@ def elementwise_chain(ctx: Context) -> list:
     gap_sum = np.bincount(which, weights=unit_gaps, minlength=k)
     out = []
     for sig, i in index.items():
-        at_stake_ns = float(dev_sum[i] - max_sum[i] + gap_sum[i])
+        lower_bound = False
+        if ctx.device == "cpu":
+            at_stake_ns, lower_bound = _cpu_fusion_ns(ctx, top, ulo[which == i], uhi[which == i])
+        else:
+            # each op a kernel that streams the tensor through memory: the fused kernel is
+            # about one such pass, and the launch gaps between them go
+            at_stake_ns = float(dev_sum[i] - max_sum[i] + gap_sum[i])
         if at_stake_ns <= 0:
             continue
         op_names = [trace.names[n] for n in sig]
@@ -112,6 +120,8 @@ def elementwise_chain(ctx: Context) -> list:
         where = source_of(trace, firsts, limit=1)
         at = f" at {where[0]}" if where else ""
         occurrences = int(count[i])
+        if lower_bound:
+            fix += " (at least the dispatch it saves: profile with record_shapes=True to count the memory traffic too)"
         out.append(
             ctx.finding(
                 "elementwise_chain",
@@ -123,6 +133,7 @@ def elementwise_chain(ctx: Context) -> list:
                     "chain_device_time_us": round(float(dev_sum[i]) / 1e3, 3),
                     "between_ops_us": round(float(gap_sum[i]) / 1e3, 3),
                     "locations": where,
+                    "at_stake_is_lower_bound": lower_bound,
                 },
             )
         )
@@ -130,6 +141,57 @@ def elementwise_chain(ctx: Context) -> list:
     if any(f.evidence["occurrences"] > 1 for f in out):  # leftovers of a loop's first or last pass
         out = [f for f in out if f.evidence["occurrences"] > 1]
     return out[:3]
+
+
+def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, bool]:
+    """What fusing a chain saves on a CPU, over its occurrences ``[lo, hi)`` (indices into
+    ``top``), and whether that is a lower bound (no shapes recorded).
+
+    A compiled kernel still does all the arithmetic; what it removes is (a) one eager dispatch
+    per op beyond the first — about the chain's smallest op, whose time is all dispatch — and
+    (b) the intermediate tensors' memory traffic, which costs time only when the tensors do not
+    stay in the last-level cache (measured here, 512x1024 fp32 RMSNorm in a 32 MiB L3: compiled
+    saves 2.7 %; 1024x4096: 51 %; 4096x4096: 62 %). (b) needs the shapes: without them only (a) is claimed."""
+    from ...hardware import CPU_DISPATCH_NS_MAX, PROFILER_NS_PER_EVENT, cpu_last_level_cache_bytes
+
+    trace = ctx.trace
+    width = int(hi[0] - lo[0])
+    dur = np.stack([trace.duration_ns[top[lo + j]] for j in range(width)])  # op j of each occurrence
+    per_op = np.median(dur, axis=1)
+    dispatch = float(np.clip(per_op.min() - PROFILER_NS_PER_EVENT, 0, CPU_DISPATCH_NS_MAX)) * (width - 1) * lo.size
+    sizes = [_operand_bytes(trace, int(top[lo[0] + j])) for j in range(width)]
+    if any(s is None for s in sizes):
+        return dispatch, True
+    big = max(max(s) if s else 0 for s in sizes if s is not None)
+    # the unfused chain keeps about three full-size tensors alive (input, an intermediate,
+    # the output): where they fit in the last-level cache, fusing saves the dispatch only
+    if big == 0 or 3 * big <= cpu_last_level_cache_bytes():
+        return dispatch, False
+    names = [trace.names[int(trace.name_id[top[lo[0] + j]])] for j in range(width)]
+    reductions = sum(n in _REDUCTION_NAMES for n in names)
+    passes, touches = 0, np.zeros(width, dtype=bool)
+    for j, operands in enumerate(sizes):
+        full_in = sum(1 for b in operands or () if 2 * b >= big)
+        full_out = 1 if full_in and names[j] not in _REDUCTION_NAMES else 0
+        passes += full_in + full_out
+        touches[j] = full_in > 0
+    # fused: read the input once per reduction it has to finish first, once more, write once
+    fused_passes = 2 + reductions
+    if passes <= fused_passes:
+        return dispatch, False
+    streaming = float(dur[touches].sum())
+    return dispatch + streaming * (1 - fused_passes / passes), False
+
+
+def _operand_bytes(trace: Any, pos: int) -> list[int] | None:
+    """Bytes of each recorded tensor input of the op at ``pos`` (None: no shapes recorded)."""
+    from ...hardware import tensor_bytes
+
+    rec = trace.inputs.get(pos)
+    if rec is None:
+        return None
+    shapes, dtypes = rec
+    return [tensor_bytes(s, dtypes[k] if k < len(dtypes) else "float") for k, s in enumerate(shapes)]
 
 
 def _in_optimizer_step(ctx: Context, positions: np.ndarray) -> np.ndarray:

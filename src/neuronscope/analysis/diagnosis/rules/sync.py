@@ -50,13 +50,13 @@ def sync_in_loop(ctx: Context) -> list:
 
 def _cpu_value_reads(ctx: Context) -> list:
     """On a CPU a value read drains no queue: what removing it saves is its own time (dispatch,
-    the scalar copy), which a tight loop can still notice. Claimed only when that is >= 2 % of
+    the scalar copy), which a tight loop can still notice. Claimed only when that is >= 1 % of
     the window (below, no advice)."""
     trace, tl = ctx.trace, ctx.timeline
     top = tl.top_ops  # the main thread's top-level ops
     reads = top[trace.name_mask(lambda n: n in ("aten::item", "aten::tolist"))[top]] if top.size else top
-    own_ns = int(trace.duration_ns[reads].sum())
-    if reads.size < max(3, ctx.steps) or own_ns < 0.02 * max(tl.window_ns, 1):
+    own_ns = int(ctx.unprofiled_ns(float(trace.duration_ns[reads].sum()), reads))
+    if reads.size < max(3, ctx.steps) or own_ns < 0.01 * max(tl.window_ns, 1):
         return []
     return [
         ctx.finding(
