@@ -96,6 +96,17 @@ def test_script_exception_prints_its_traceback_exits_1_and_is_still_summarised(r
     assert json.loads((run_dir / "manifest.json").read_text())["error"] == "ValueError"
 
 
+def test_a_script_that_does_not_compile_is_not_profiled(runner, tmp_path):
+    # nothing ran, so nothing is summarised or diagnosed: Python's own error, exit 1, no run
+    bad = tmp_path / "broken.py"
+    bad.write_text("import torch\nx = (\n")
+    out = tmp_path / "runs"
+    result = runner.invoke(cli, ["run", "--output-dir", str(out), str(bad)])
+    assert result.exit_code == 1
+    assert "SyntaxError" in result.stderr and "broken.py" in result.stderr and "line 2" in result.stderr
+    assert result.stdout == "" and not out.exists()
+
+
 def test_sys_exit_with_a_message(runner, script, tmp_path):
     result = runner.invoke(cli, ["run", "--output-dir", str(tmp_path / "runs"), str(script), "exit-message"])
     assert result.exit_code == 1

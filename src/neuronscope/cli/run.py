@@ -102,6 +102,8 @@ def run(
     import neuronscope as ns
 
     target, argv0, name = _resolve(script, as_module)
+    if not as_module and Path(target).is_file() and not _compiles(target):
+        return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
     if neuron_inspect:
         return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
     try:
@@ -262,6 +264,17 @@ def _resolve(script: str, as_module: bool) -> tuple[str, str, str]:
     if path.is_dir() and not (path / "__main__.py").is_file():
         raise Failure(f"{script}: is a directory without __main__.py; give a Python script")
     return str(path), str(path), path.stem if path.is_file() else path.resolve().name
+
+
+def _compiles(path: str) -> bool:
+    """Whether the script compiles; if not, the error as Python prints it (on stderr)."""
+    try:
+        compile(Path(path).read_bytes(), path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+        sys.stderr.flush()
+        return False
+    return True
 
 
 def _run_profiled(profile, target: str, argv0: str, as_module: bool, args: list[str]):
