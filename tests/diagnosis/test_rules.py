@@ -84,6 +84,40 @@ def test_sync_in_loop_needs_at_least_three_syncs():
     assert f is not None and f.evidence["by_op"] == {"aten::item": 5}
 
 
+def _sync_loop(host_gap_us: float, kernel_us: float, steps: int = 5) -> TraceBuilder:
+    """A step: launch a kernel, read its value back (blocked until it finishes), then
+    ``host_gap_us`` of Python before the next step's launch."""
+    b = TraceBuilder("cuda")
+    t = 0.0
+    blocked = []
+    for _ in range(steps):
+        op = b.op("aten::mul", t, 5)
+        b.launch(op, t + 1, 2, kernel_at=t + 10, kernel_us=kernel_us)
+        done = t + 10 + kernel_us
+        item = b.op("aten::item", t + 20, done - t - 20 + 3)
+        b.runtime("cudaStreamSynchronize", t + 22, done - t - 22 + 1, item)
+        blocked.append(done - t - 20 + 3)
+        t = done + 3 + host_gap_us
+    b.window(0, t)
+    b.blocked_us = blocked  # type: ignore[attr-defined]
+    return b
+
+
+def test_a_sync_claims_what_letting_the_host_run_ahead_saves():
+    # host-bound (Python after each read longer than the kernel): without the read the host
+    # would not wait for the device, so it saves the time blocked; device-bound (the kernel
+    # longer than the host's work): the device's idle, which is all that pipelining can fill
+    host_bound = _sync_loop(host_gap_us=500, kernel_us=100)
+    f = _diag(host_bound).finding("sync_in_loop")
+    assert f is not None
+    assert f.us_at_stake == pytest.approx(sum(host_bound.blocked_us), rel=0.01)  # type: ignore[attr-defined]
+    assert f.us_at_stake < 0.5 * f.evidence["sync_idle_us"]
+    device_bound = _sync_loop(host_gap_us=20, kernel_us=400)
+    g = _diag(device_bound).finding("sync_in_loop")
+    assert g is not None and g.us_at_stake == pytest.approx(g.evidence["sync_idle_us"])
+    assert g.us_at_stake < g.evidence["host_time_in_syncs_us"]
+
+
 def test_compile_in_window_boundaries():
     def trace(compile_us: float, window_us: float) -> TraceBuilder:
         b = TraceBuilder("cpu")
