@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -q
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test lint install install-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,13 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(PY) examples/rmsnorm.py
 
-test: install-test
+# the gate: lint, format and types (config in pyproject.toml), then the tests
+lint: install-test
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -47,7 +47,7 @@ def test_random_properly_nested_trees_match_torchs_algorithm():
     for _ in range(50):
         thread, start, end = [], [], []
 
-        def grow(t, lo, hi, depth):
+        def grow(t, lo, hi, depth, thread=thread, start=start, end=end):
             cursor = lo
             while cursor < hi and rng.random() < 0.7:
                 a = rng.randint(cursor, hi)

@@ -213,7 +213,7 @@ def test_schedule_windows_become_runs(xw):
 
 def test_step_without_schedule_is_a_clear_error():
     with ns.profile_neuron() as run:
-        with pytest.raises(RuntimeError, match="schedule"):
+        with pytest.raises(ns.ConfigurationError, match="schedule"):
             run.step()
 
 

@@ -1,6 +1,9 @@
 import neuronscope
 
 EXPECTED = {
+    "Explanation",
+    "RankComparison",
+    "RunResult",
     "ArmRequest",
     "SlowCalls",
     "Trigger",
@@ -79,3 +82,17 @@ def test_import_is_cheap_and_torch_free():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_module_defines_what_its_all_names():
+    # `from neuronscope.x import *` works for every module: __all__ names only what exists
+    import importlib
+    import pkgutil
+
+    missing = []
+    for info in pkgutil.walk_packages(neuronscope.__path__, "neuronscope."):
+        if info.name.startswith("neuronscope.testing._fake") or info.name.endswith("__main__"):
+            continue  # stand-ins meant to be imported into a fresh interpreter as other packages
+        module = importlib.import_module(info.name)
+        missing += [f"{info.name}.{n}" for n in getattr(module, "__all__", ()) if not hasattr(module, n)]
+    assert missing == []

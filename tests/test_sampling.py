@@ -117,8 +117,10 @@ def test_every_10_after_5_warmup_over_105_fast_calls_profiles_exactly_10_and_dro
     assert ns.flush(60)
     s = ns.stats()
     assert s["profiled"] == 10
-    assert s["dropped"] == 0 and s["skipped_backpressure"] == 0
     assert s["unsampled"] == 95
+    # every call is accounted for, once: nothing sampled went missing between capture and write
+    assert s["profiled"] + s["unsampled"] + s["skipped"] + s["skipped_backpressure"] + s["joined"] == 105
+    assert s["skipped_backpressure"] == 0 and s["errors"] == 0
 
 
 def test_a_flood_of_samples_beyond_the_memory_budget_is_skipped_before_profiling_and_counted(xw, caplog):
@@ -144,7 +146,7 @@ def test_a_flood_of_samples_beyond_the_memory_budget_is_skipped_before_profiling
         s = ns.stats()
         assert s["profiled"] + s["skipped_backpressure"] == calls
         assert s["skipped_backpressure"] > 0 and s["profiled"] > 0
-        assert s["dropped"] == 0 and s["errors"] == 0 and s["backpressure_waits"] == 0
+        assert s["errors"] == 0 and s["backpressure_waits"] == 0
         # admitted only while under budget: the backlog stays near it, whatever the number of
         # calls (a few captures can be estimated low before the worker has counted them)
         largest = _worker.backlog.largest_bytes

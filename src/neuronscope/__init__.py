@@ -20,6 +20,9 @@ from ._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from ._run import Run, RunStatus
+    from .analysis.diff import Explanation
+    from .analysis.ranks import RankComparison
+    from .result import RunResult
     from ._stats import stats
     from .analysis.diagnosis import Diagnosis, Finding
     from .analysis.summary import OpStats, RegionStats, Summary, summarize
@@ -58,6 +61,7 @@ _LAZY = {
     "Diagnosis": ".analysis.diagnosis",
     "Event": ".trace.model",
     "EventKind": ".trace.kinds",
+    "Explanation": ".analysis.diff",
     "Finding": ".analysis.diagnosis",
     "MemoryReport": ".analysis.memory_model",
     "NeuronOptions": ".capture.devices.neuron",
@@ -66,7 +70,9 @@ _LAZY = {
     "ProfileNeuron": ".capture.profile",
     "Region": ".capture.region",
     "RegionStats": ".analysis.summary",
+    "RankComparison": ".analysis.ranks",
     "Run": "._run",
+    "RunResult": ".result",
     "RunStatus": "._run",
     "Summary": ".analysis.summary",
     "Trace": ".trace.model",

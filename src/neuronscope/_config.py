@@ -1,4 +1,5 @@
-"""Process-wide settings, set with :func:`neuronscope.configure` or ``NEURONSCOPE_*`` variables."""
+"""Process-wide settings, set with :func:`neuronscope.configure` or ``NEURONSCOPE_*`` variables
+(read through :mod:`._env`; a malformed one is warned about once and its default used here)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from . import _env
 from .errors import ConfigurationError
 
 __all__ = ["Settings", "current", "update"]
 
-DEFAULT_OUTPUT_DIR = "neuronscope-runs"
-DEFAULT_MAX_RUNS = 100
-DEFAULT_MAX_BYTES = 10 * 1024**3
-DEFAULT_MAX_PENDING_BYTES = 256 * 1024**2
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+DEFAULT_OUTPUT_DIR = str(_env.OUTPUT_DIR.default)
+DEFAULT_MAX_RUNS = _env.MAX_RUNS.default
+DEFAULT_MAX_BYTES = _env.MAX_BYTES.default
+DEFAULT_MAX_PENDING_BYTES = _env.MAX_PENDING_BYTES.default
 
 
 @dataclass(frozen=True)
@@ -40,45 +38,30 @@ class Settings:
     def control_enabled(self) -> bool:
         if self.control is not None:
             return self.control
-        return os.environ.get("NEURONSCOPE_CONTROL", "").strip().lower() not in ("0", "false", "no", "off")
+        return _env.CONTROL.get(lenient=True)
 
     def resolved_output_dir(self, override: str | os.PathLike[str] | None = None) -> Path:
         if override is not None:
             return Path(override)
         if self.output_dir is not None:
             return self.output_dir
-        return Path(os.environ.get("NEURONSCOPE_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR)
-
+        return _env.OUTPUT_DIR.get()
 
     def resolved_max_pending_bytes(self) -> int:
         if self.max_pending_bytes is not None:
             return self.max_pending_bytes
-        try:
-            return _env_int("NEURONSCOPE_MAX_PENDING_BYTES", DEFAULT_MAX_PENDING_BYTES)
-        except ConfigurationError:
-            return DEFAULT_MAX_PENDING_BYTES  # a bad variable must not stop profiling (warned at configure)
+        return _env.MAX_PENDING_BYTES.get(lenient=True)  # read per call: a typo must not stop profiling
 
     def retention(self) -> tuple[int | None, int | None]:
-        runs = self.max_runs if self.max_runs is not None else _env_int("NEURONSCOPE_MAX_RUNS", DEFAULT_MAX_RUNS)
-        size = self.max_bytes if self.max_bytes is not None else _env_int("NEURONSCOPE_MAX_BYTES", DEFAULT_MAX_BYTES)
+        """(max runs, max bytes) of the output dir, None = no limit. Read per run, on the
+        workers too: a malformed variable is warned about once and its default used."""
+        runs = self.max_runs if self.max_runs is not None else _env.MAX_RUNS.get(lenient=True)
+        size = self.max_bytes if self.max_bytes is not None else _env.MAX_BYTES.get(lenient=True)
         return (runs or None), (size or None)  # 0 means "no limit"
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name}={raw!r}: use a whole number (0 = no limit)") from None
-    if value < 0:
-        raise ConfigurationError(f"{name}={raw!r}: use a whole number >= 0 (0 = no limit)")
-    return value
-
-
 _lock = threading.Lock()
-_settings = Settings(enabled=not _env_flag("NEURONSCOPE_DISABLED"))
+_settings = Settings(enabled=not _env.DISABLED.get(lenient=True))  # at import: never raise
 
 
 def current() -> Settings:
@@ -98,8 +81,9 @@ def update(**changes: Any) -> Settings:
 
 
 def disabled_by_environment() -> bool:
-    """``NEURONSCOPE_DISABLED=1``: the hard kill switch, read when a function is decorated."""
-    return _env_flag("NEURONSCOPE_DISABLED")
+    """``NEURONSCOPE_DISABLED=1``: the hard kill switch, read when a function is decorated.
+    Lenient: it is read at import too, and a kill switch must never break the application."""
+    return _env.DISABLED.get(lenient=True)
 
 
 def is_enabled() -> bool:

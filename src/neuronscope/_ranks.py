@@ -33,13 +33,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from . import _env
 from .errors import ConfigurationError
 
 __all__ = ["RankInfo", "current", "detect", "job_dir_name", "parse_ranks"]
 
 log = logging.getLogger("neuronscope")
 
-JOB_ID_ENV = "NEURONSCOPE_JOB_ID"
+JOB_ID_ENV = _env.JOB_ID.name
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -93,14 +94,8 @@ def job_dir_name(job_id: str) -> str:
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        _warn_once(name, f"{name}={raw!r} is not an integer; neuronscope ignores it (fix or unset {name})")
-        return None
+    # torchrun's variables: a malformed one is warned about once and ignored, never raised
+    return _env.env_int(name, None, lenient=True, environ=env)
 
 
 _warned: set[str] = set()
@@ -113,13 +108,13 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def _job_id(env: Mapping[str, str]) -> str | None:
-    explicit = (env.get(JOB_ID_ENV) or "").strip()
+    explicit = _env.JOB_ID.get(environ=env)
     if explicit:
         return explicit
-    run_id = (env.get("TORCHELASTIC_RUN_ID") or "").strip()
+    run_id = _env.env_str("TORCHELASTIC_RUN_ID", "", environ=env)
     if run_id and run_id.lower() != "none":
         return run_id
-    addr, port = (env.get("MASTER_ADDR") or "").strip(), (env.get("MASTER_PORT") or "").strip()
+    addr, port = _env.env_str("MASTER_ADDR", "", environ=env), _env.env_str("MASTER_PORT", "", environ=env)
     if addr or port:
         return f"{addr or 'localhost'}:{port or '0'}"
     return None

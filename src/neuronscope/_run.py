@@ -1,11 +1,16 @@
-"""``Run``: the result of one profiled call or ``with`` block.
+"""``Run``: the user's handle on one profiled call or ``with`` block.
 
-A Run is handed to the user when the profile starts (``with profile_neuron() as run``) and
-filled in by the background workers in stages; each attribute waits for its own stage only:
+A Run is handed to the user when the profile starts (``with profile_neuron() as run``). The
+stages never write into it: each publishes its frozen product (:mod:`neuronscope.result`)
+through the handle, and each attribute waits for the product it reads:
 
-1. ``summary`` (and ``trace``): the per-op summary, ready right after the block;
-2. ``diagnosis``: why it is slow, computed right after the summary;
-3. ``path`` / ``wait()``: the run directory written and the telemetry sent.
+1. ``summary`` (and ``trace``): the analysis worker's summary, right after the block;
+2. ``diagnosis``, ``memory``: its :class:`~neuronscope.result.Analysis`, right after that;
+3. ``path``, ``manifest``, ``wait()``: the :class:`~neuronscope.result.RunResult` — the run
+   directory written and the telemetry sent.
+
+What the capture itself knows (start and end, the profiled code's error, what it cost the
+caller, why it was skipped) is set on the handle by the capture, on the user's thread.
 """
 
 from __future__ import annotations
@@ -14,10 +19,15 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .result import CaptureFacts
+
 if TYPE_CHECKING:
     from .analysis.diagnosis import Diagnosis
+    from .analysis.diff import Explanation
     from .analysis.memory_model import MemoryReport
     from .analysis.summary import Summary
+    from ._trigger import Trigger
+    from .result import Analysis, RunResult
     from .trace.model import Trace
 
 __all__ = ["Run", "RunStatus"]
@@ -29,14 +39,13 @@ class RunStatus:
     ERROR = "error"  #: processed completely, but the profiled code raised (``run.error``): an OOM, say
     SKIPPED = "skipped"  #: ran unprofiled (sampled out, under backpressure, or no profiler could run)
     JOINED = "joined"  #: nested inside a scheduled or foreign profile: recorded as a region of that one
-    DROPPED = "dropped"  #: no longer produced (a decided sample is always processed); kept for old manifests
     FAILED = "failed"  #: neuronscope failed to process it (logged); the user's call was unaffected
 
 
 class Run:
     """One profile. Each result attribute waits for the processing stage that produces it."""
 
-    def __init__(self, name: str, device: str, *, schedule_handle: Any = None) -> None:
+    def __init__(self, name: str, device: str, *, schedule_handle: Any = None, capture: CaptureFacts | None = None) -> None:
         self.name = name
         self.device = device
         self.status = RunStatus.PENDING
@@ -46,25 +55,68 @@ class Run:
         self.caller_overhead_ns: int = 0  #: wall time neuronscope spent on the calling thread (torch's start/stop excluded)
         self.caller_overhead_cpu_ns: int = 0  #: the same as this thread's CPU time (no GIL waits)
         self.error_message: str | None = None  #: its message (capped); the exception itself is not kept
-        self.warnings: list[str] = []
         self.skip_reason: str | None = None  #: why a SKIPPED run was not profiled
-        self.manifest: dict[str, Any] = {}
         self.windows: list[Run] = []  #: with a schedule: one completed Run per active window
         self.parent: Run | None = None  #: for a JOINED run, the enclosing run
+        self.origin: Path | None = None  #: for a run read back from disk: the directory it came from
+        self.capture = capture or CaptureFacts()  #: what the capture knew (see neuronscope.result)
+        self._capture_warnings: list[str] = []  # the capture's own, until processing takes them
         self._summary: Summary | None = None
-        self._diagnosis: Diagnosis | None = None
-        self._memory: MemoryReport | None = None
         self._trace: Trace | None = None
-        self._path: Path | None = None
+        self._analysis: Analysis | None = None
+        self._result: RunResult | None = None
         self._summarised = threading.Event()  # stage 1: summary and trace model ready
-        self._diagnosed = threading.Event()  # stage 2: diagnosis ready
+        self._diagnosed = threading.Event()  # stage 2: the whole analysis ready
         self._done = threading.Event()  # stage 3: run directory written, sinks done
         self._schedule_handle = schedule_handle
-        self._otel_parent: Any = None  # OpenTelemetry context current when the profile started
-        #: why this call was profiled on demand (``ns.arm()``, ``neuronscope arm``, a SlowCalls trigger); else None
-        self.trigger: Any = None
-        self._baseline: Path | None = None  # set when written (see .baseline)
-        self._explanation: Any = None
+
+    # -- what the stages publish (each once, in this order) ---------------------------------------
+    def warn(self, message: str) -> None:
+        """A problem the capture ran into (on the user's thread): kept with the run's warnings."""
+        self._capture_warnings.append(message)
+
+    def capture_warnings(self) -> tuple[str, ...]:
+        return tuple(self._capture_warnings)
+
+    def _publish_summary(self, summary: Summary, trace: Trace) -> None:
+        self._summary, self._trace = summary, trace
+        self._summarised.set()
+
+    def _publish_analysis(self, analysis: Analysis) -> None:
+        self._analysis = analysis
+        self._summary, self._trace = analysis.summary, analysis.trace
+        self._summarised.set()
+        self._diagnosed.set()
+
+    def _complete(self, result: RunResult) -> None:
+        """The final product: the run is done (``status`` from the result)."""
+        self._result = result
+        if result.analysis is not None:
+            self._analysis = result.analysis
+            self._summary, self._trace = result.analysis.summary, result.analysis.trace
+        self._finish(result.status)
+
+    def _finish(self, status: str) -> None:
+        """No (more) products: skipped, joined, failed, or completed through ``_complete``."""
+        self.status = status
+        self._summarised.set()
+        self._diagnosed.set()
+        self._done.set()
+
+    @property
+    def result(self) -> RunResult | None:
+        """The finished run as the sinks saw it (:class:`~neuronscope.result.RunResult`); waits
+        for processing. None for runs that were not profiled or whose processing failed early."""
+        if self.parent is not None:
+            return None
+        if self.windows:
+            return self.windows[-1].result
+        self.wait()
+        return self._result
+
+    def analysis_if_ready(self) -> Analysis | None:
+        """The analysis if it is already published (never waits; for triggers comparing runs)."""
+        return self._analysis if self._diagnosed.is_set() else None
 
     # -- completion ----------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> bool:
@@ -77,7 +129,7 @@ class Run:
             return self.parent._wait(stage, timeout)
         if self.windows:  # a scheduled profile: done when every window is
             return all(w._wait(stage, timeout) for w in list(self.windows)) and getattr(self, stage).wait(timeout)
-        return getattr(self, stage).wait(timeout)
+        return bool(getattr(self, stage).wait(timeout))
 
     @property
     def done(self) -> bool:
@@ -88,23 +140,34 @@ class Run:
         """True when this call was (or is being) profiled; False when it ran unprofiled."""
         return self.status in (RunStatus.PENDING, RunStatus.COMPLETE, RunStatus.ERROR, RunStatus.JOINED)
 
-    def _set_summary(self, summary: "Summary | None", trace: "Trace | None") -> None:
-        self._summary, self._trace = summary, trace
-        self._summarised.set()
-
-    def _set_diagnosis(self, diagnosis: "Diagnosis | None") -> None:
-        self._diagnosis = diagnosis
-        self._diagnosed.set()
-
-    def _finish(self, status: str) -> None:
-        self.status = status
-        self._summarised.set()
-        self._diagnosed.set()
-        self._done.set()
-
     # -- results -------------------------------------------------------------------------
     @property
-    def summary(self) -> "Summary | None":
+    def trigger(self) -> Trigger | None:
+        """Why this call was profiled on demand (``ns.arm()``, ``neuronscope arm``, a SlowCalls
+        trigger); None otherwise."""
+        return self.capture.trigger
+
+    @property
+    def warnings(self) -> list[str]:
+        """Problems met while capturing and processing (the run is kept regardless)."""
+        if self._result is not None:
+            return list(self._result.warnings)
+        if self._analysis is not None:
+            return list(self._analysis.warnings)
+        return list(self._capture_warnings)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """manifest.json's fields (waits until the run is written; {} for runs not profiled)."""
+        if self.parent is not None:
+            return {}
+        if self.windows:
+            return self.windows[-1].manifest
+        self.wait()
+        return dict(self._result.manifest) if self._result is not None else {}
+
+    @property
+    def summary(self) -> Summary | None:
         """The per-op summary, as soon as it is computed (the run directory and telemetry
         follow in the background). None for runs that were not profiled (``run.skip_reason``
         says why).
@@ -126,10 +189,12 @@ class Run:
         if self.windows:
             return self.windows[-1].summary
         self._summarised.wait()
+        if self._result is not None and self._result.summary is not None:
+            return self._result.summary  # with the notes of the enrichment that ran after it
         return self._summary
 
     @property
-    def diagnosis(self) -> "Diagnosis | None":
+    def diagnosis(self) -> Diagnosis | None:
         """Why the run is slow (:class:`~neuronscope.Diagnosis`): device busy/idle, the
         classified gaps, steps, a verdict and advice. None for runs that were not profiled."""
         if self.parent is not None:
@@ -137,10 +202,10 @@ class Run:
         if self.windows:
             return self.windows[-1].diagnosis
         self._diagnosed.wait()
-        return self._diagnosis
+        return self._analysis.diagnosis if self._analysis is not None else None
 
     @property
-    def memory(self) -> "MemoryReport | None":
+    def memory(self) -> MemoryReport | None:
         """Why memory is high (:class:`~neuronscope.MemoryReport`): the peak, who holds it, growth
         per step. None unless the run was profiled with ``memory=True`` (or ``profile_memory=True``)."""
         if self.parent is not None:
@@ -148,20 +213,21 @@ class Run:
         if self.windows:
             return self.windows[-1].memory
         self._diagnosed.wait()
-        return self._memory
+        return self._analysis.memory if self._analysis is not None else None
 
     @property
-    def trace(self) -> "Trace | None":
+    def trace(self) -> Trace | None:
         """The full trace model (waits for the summary stage). None when not captured."""
         if self.windows:
             return self.windows[-1].trace
         self._summarised.wait()
         if self._trace is None:
             self.wait()
-            if self._path is not None and (self._path / "trace.json.gz").is_file():
+            path = self._result.path if self._result is not None else None
+            if path is not None and (path / "trace.json.gz").is_file():
                 from .trace.chrome import load_trace
 
-                self._trace = load_trace(self._path / "trace.json.gz", device=self.device)
+                self._trace = load_trace(path / "trace.json.gz", device=self.device)
         return self._trace
 
     @property
@@ -173,7 +239,7 @@ class Run:
         if self.windows:
             return self.windows[-1].path
         self.wait()
-        return self._path
+        return self._result.path if self._result is not None else None
 
     # -- on-demand captures (triggers) ----------------------------------------------------------
     @property
@@ -182,24 +248,39 @@ class Run:
         (waits until this run is written; None when there was no baseline yet)."""
         if self.trigger is not None:
             self.wait()
-        return self._baseline
+        return self._result.baseline if self._result is not None else None
 
     @property
-    def explanation(self) -> Any:
+    def explanation(self) -> Explanation | None:
         """For a triggered run with a baseline: where the extra wall time went, the
         :class:`~neuronscope.analysis.diff.Explanation` that ``neuronscope diff BASELINE RUN``
         prints (ops and idle classes, largest change first). None otherwise."""
         if self.trigger is not None:
             self.wait()
-        return self._explanation
+        return self._result.explanation if self._result is not None else None
 
     # -- schedules -----------------------------------------------------------------------
     def step(self) -> None:
         """Advance ``torch.profiler.schedule`` (call once per training/serving step)."""
         if self._schedule_handle is None:
-            raise RuntimeError("run.step() needs profile_neuron(schedule=torch.profiler.schedule(...)); use ns.step() to mark steps")
+            from .errors import ConfigurationError
+
+            raise ConfigurationError(
+                "run.step() needs profile_neuron(schedule=torch.profiler.schedule(...)); use ns.step() to mark steps"
+            )
         self._schedule_handle.step()
 
+    @classmethod
+    def from_result(cls, result: RunResult) -> Run:
+        """A completed handle on a result read back from disk (``ns.load_run``)."""
+        run = cls(result.name, result.device, capture=result.capture)
+        run.start_ns, run.end_ns = result.start_ns, result.end_ns
+        run.error, run.error_message = result.error, result.error_message
+        run.origin = result.path
+        run._complete(result)
+        return run
+
     def __repr__(self) -> str:
-        where = f" path={str(self._path)!r}" if self._path else ""
+        path = self._result.path if self._result is not None else None
+        where = f" path={str(path)!r}" if path else ""
         return f"<neuronscope.Run name={self.name!r} device={self.device!r} status={self.status}{where}>"

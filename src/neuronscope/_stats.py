@@ -1,12 +1,16 @@
-"""Process-wide counters: what happened to each call of a profiled function."""
+"""Process-wide counters: what happened to each call of a profiled function; and
+:func:`contain`, the one way a failure inside neuronscope is counted, logged and noted."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
 
-__all__ = ["record", "reset", "stats"]
+__all__ = ["contain", "record", "reset", "stats"]
+
+log = logging.getLogger("neuronscope")
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
@@ -15,7 +19,6 @@ _KEYS = (
     "skipped",
     "skipped_backpressure",
     "backpressure_waits",
-    "dropped",
     "errors",
     "unsampled",
     "joined",
@@ -58,8 +61,8 @@ def stats() -> dict[str, int]:
     thrown away); ``backpressure_waits`` profiles without sampling options that waited for
     those to be written instead of being skipped; ``joined`` profiles nested in a scheduled
     one, recorded as its region;
-    ``unsampled`` calls the sampler passed over; ``dropped`` always 0 (a decided sample is
-    always processed; kept so dashboards keep working);
+    ``unsampled`` calls the sampler passed over (a decided sample is always processed: every
+    sampled call ends up in ``profiled``, ``skipped``, ``skipped_backpressure`` or ``joined``);
     ``errors`` failures inside neuronscope (logged, never raised into user code);
     ``telemetry_dropped`` spans/metrics the exporter could not deliver;
     ``armed`` calls profiled because of ``ns.arm()`` / ``neuronscope arm`` (``arm_expired``:
@@ -83,3 +86,43 @@ def reset() -> None:
         _counts.clear()
         _offsets.clear()
         _offsets.update(external)
+
+
+_contained_once: set[str] = set()
+
+
+def contain(
+    what: str,
+    exc: BaseException,
+    *,
+    name: str | None = None,
+    warnings: list[str] | Callable[[str], object] | None = None,
+    exc_info: bool = True,
+    once: bool = False,
+) -> None:
+    """Contain a failure inside neuronscope so it never reaches the user's code: count it in
+    ``stats()["errors"]``, log one warning and, given a run's ``warnings`` (a list, or a
+    function such as ``run.warn``), note it there.
+
+    Call it from the ``except`` block that stops the failure::
+
+        except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
+            _stats.contain("diagnosis", exc, name=run.name, warnings=run.warnings)
+
+    logs ``neuronscope: diagnosis of 'infer' failed: <exc>`` (with the traceback unless
+    ``exc_info=False``) and appends ``diagnosis failed: <exc!r>`` to ``warnings``.
+    ``once=True`` logs only the first failure of this ``what`` in the process (telemetry: a
+    collector that is down fails every export); every failure is still counted and noted.
+    """
+    record("errors")
+    note = f"{what} failed: {exc!r}"
+    if isinstance(warnings, list):
+        warnings.append(note)
+    elif warnings is not None:
+        warnings(note)
+    if once:
+        if what in _contained_once:
+            return
+        _contained_once.add(what)
+    subject = what if name is None else f"{what} of {name!r}"
+    log.warning("neuronscope: %s failed: %s", subject, exc, exc_info=exc if exc_info else None)

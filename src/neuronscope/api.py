@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _config
+from . import _config, _env
+from ._paths import resolve_profile
 from .errors import ConfigurationError, TraceLoadError
 from ._run import Run
 from .capture import wiring as _wiring  # the OpenTelemetry sink, Prometheus from the env, the exit flush
@@ -16,6 +17,14 @@ from .sinks import otel as _otel
 from .sinks.rundir import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
+
+if TYPE_CHECKING:
+    from .analysis.diagnosis import Diagnosis
+    from .analysis.memory_model import MemoryReport
+    from .analysis.ranks import RankComparison
+
+#: what the analysis functions accept: a run directory or trace file, a Run, a Trace
+ProfileSource = str | os.PathLike[str] | Run | Trace
 
 __all__ = [
     "compare_ranks",
@@ -93,6 +102,7 @@ def configure(
     opening the local control channel that ``neuronscope arm PID`` uses (see
     docs/production.md, "Profile a live service"); ``ns.arm()`` works either way.
     """
+    _env.check()  # every NEURONSCOPE_* variable: a typo fails here, where it can be fixed
     changes: dict[str, Any] = {}
     if enabled is not _UNSET:
         if not isinstance(enabled, bool):
@@ -156,20 +166,25 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     """
     from .sinks.otel.providers import resolve_providers
 
+    from dataclasses import replace
+
     run = _load_run(path)
+    result = run.result
+    assert result is not None and result.analysis is not None  # load_run always gives both
     settings = _otel.settings()
     mode = op_spans or settings.op_spans
     if mode == "events" or (mode == "summary" and run.device != "cpu"):
-        run.trace  # noqa: B018 - loads trace.json.gz into run._trace (events, or the device lanes)
+        # the events, or the device lanes: the saved trace, loaded now
+        result = replace(result, analysis=replace(result.analysis, trace=run.trace))
     tracer_provider, meter_provider = resolve_providers(settings)
     if tracer_provider is None:
         return None
     from ._version import __version__
 
     tracer = tracer_provider.get_tracer("neuronscope", __version__)
-    trace_id, _, _ = _otel.emit_rank_run(run, tracer, mode, settings.max_spans, None)  # a rank's run: its step's trace
+    trace_id, _, _ = _otel.emit_rank_run(result, tracer, mode, settings.max_spans, None)  # a rank's run: its step's trace
     if meter_provider is not None:
-        _otel._record_metrics(run, meter_provider)
+        _otel._record_metrics(result, meter_provider)
     _otel.flush_providers(30)
     return trace_id
 
@@ -180,13 +195,21 @@ def last_run() -> Run | None:
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
-    """Load a Kineto ``trace.json`` / ``.json.gz`` (or a run directory) into a :class:`Trace`."""
+    """Load a Kineto ``trace.json`` / ``.json.gz`` (or a run directory, or a directory holding
+    one trace) into a :class:`Trace`."""
     return _load_trace(path)
 
 
-def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
+def _open_profile(path: str | os.PathLike[str]) -> Run | Trace:
+    """The one profile a path names, as ``neuronscope show`` reads it: a run directory as its
+    :class:`Run`, a trace file (or the one a directory holds) as its :class:`Trace`."""
+    where = resolve_profile(path)
+    return _load_run(where.path) if where.kind == "run" else _load_trace(where.path)
+
+
+def diagnose(source: ProfileSource, *, gap_threshold_us: float | None = None) -> Diagnosis:
     """Why a run is slow: a :class:`~neuronscope.Diagnosis` of a run directory, any Kineto
-    ``trace.json(.gz)``, a :class:`Run` or a :class:`Trace`.
+    ``trace.json(.gz)`` (or a directory holding one), a :class:`Run` or a :class:`Trace`.
 
         d = ns.diagnose("neuronscope-runs/train-.../")
         print(d)                   # the verdict lines
@@ -204,8 +227,7 @@ def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
         raise ConfigurationError(f"diagnose(gap_threshold_us={gap_threshold_us!r}): use a positive number of microseconds")
     facts: dict[str, Any] = {}
     if isinstance(source, (str, os.PathLike)):
-        p = Path(source)
-        source = _load_run(p) if (p / "manifest.json").is_file() else _load_trace(p)
+        source = _open_profile(source)
     if isinstance(source, Run):
         if gap_threshold_us is None and source.diagnosis is not None:
             return source.diagnosis
@@ -217,13 +239,14 @@ def diagnose(source: Any, *, gap_threshold_us: float | None = None) -> Any:
     elif isinstance(source, _Trace):
         trace, summary = source, None
     else:
-        raise TypeError(f"diagnose() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
+        raise ConfigurationError(f"diagnose() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
     return diagnose_trace(trace, summary=summary or summarize(trace), facts=facts, gap_threshold_us=threshold)
 
 
-def diagnose_memory(source: Any) -> Any:
+def diagnose_memory(source: ProfileSource) -> MemoryReport:
     """Why memory is high: a :class:`~neuronscope.MemoryReport` of a run directory, any Kineto
-    ``trace.json(.gz)`` recorded with ``profile_memory=True``, a :class:`Run` or a :class:`Trace`.
+    ``trace.json(.gz)`` recorded with ``profile_memory=True`` (or a directory holding one), a
+    :class:`Run` or a :class:`Trace`.
 
         m = ns.diagnose_memory("neuronscope-runs/train-.../")
         print(m)                          # the peak, who holds it, growth per step
@@ -236,8 +259,7 @@ def diagnose_memory(source: Any) -> Any:
 
     trace = None
     if isinstance(source, (str, os.PathLike)):
-        p = Path(source)
-        source = _load_run(p) if (p / "manifest.json").is_file() else _load_trace(p)
+        source = _open_profile(source)
     if isinstance(source, Run):
         if source.memory is not None:
             return source.memory
@@ -246,7 +268,7 @@ def diagnose_memory(source: Any) -> Any:
     elif isinstance(source, Trace):
         trace, where = source, "the trace"
     else:
-        raise TypeError(f"diagnose_memory() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
+        raise ConfigurationError(f"diagnose_memory() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
     if trace is None or trace.memory is None or not len(trace.memory) and not trace.memory.oom:
         raise TraceLoadError(
             f"{where}: no [memory] records in this trace; profile with profile_neuron(memory=True) "
@@ -261,7 +283,13 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     return _load_run(path)
 
 
-def compare_ranks(paths: Any, *, name: str | None = None, executor: Any = None, skip_bad: bool = False) -> Any:
+def compare_ranks(
+    paths: str | os.PathLike[str] | list[str | os.PathLike[str]],
+    *,
+    name: str | None = None,
+    executor: Any = None,
+    skip_bad: bool = False,
+) -> RankComparison:
     """The ranks of a torchrun job side by side: a :class:`~neuronscope.analysis.ranks.RankComparison`.
 
         c = ns.compare_ranks("neuronscope-runs/127.0.0.1_29500")   # the job directory

@@ -1,8 +1,9 @@
 """Exceptions raised by neuronscope.
 
 Everything neuronscope raises on purpose derives from :class:`NeuronscopeError`, so callers
-can catch one type. Invalid arguments additionally derive from the built-in type a Python
-programmer expects (``ValueError`` / ``TypeError``).
+can catch one type. Every bad argument or environment variable raises
+:class:`ConfigurationError`, which is also a ``ValueError`` and a ``TypeError``: code that
+catches the built-in type a Python programmer expects keeps working.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ class NeuronscopeError(Exception):
     """Base class of every error neuronscope raises on purpose."""
 
 
-class ConfigurationError(NeuronscopeError, ValueError):
-    """An argument or environment variable has a value neuronscope cannot use."""
+class ConfigurationError(NeuronscopeError, ValueError, TypeError):
+    """An argument or environment variable has a value neuronscope cannot use; the message
+    names it and says what to use instead."""
 
 
 class DeviceUnavailableError(NeuronscopeError):

@@ -11,6 +11,7 @@ import sys
 import urllib.request
 
 import pytest
+from types import SimpleNamespace
 import torch
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -21,7 +22,6 @@ from workloads import rmsnorm_naive
 
 import neuronscope as ns
 from metrics.conftest import custom_ops
-from neuronscope import _stats
 from neuronscope.analysis.diagnosis.model import Diagnosis, Gaps, Step, Steps
 from neuronscope.capture import processing
 from neuronscope.sinks import otel
@@ -94,20 +94,20 @@ def _diagnosis(run, busy: float, bound: str, steps_us: tuple[float, ...]) -> Dia
 def test_diagnosis_metrics_read_run_diagnosis(reader, xw):
     plan = iter([(72.5, "host", (1500.0, 2500.0)), (95.0, "device", (3000.0,)), (10.0, "host", ())])
 
-    def attach(run):
+    def planned(trace, summary, device, options, warnings):  # stands in for the diagnosis stage
         busy, bound, steps = next(plan)
-        run._diagnosis = _diagnosis(run, busy, bound, steps)
+        start, end = trace.start_time_ns, trace.end_time_ns
+        return _diagnosis(SimpleNamespace(device="cpu", start_ns=start, end_ns=end), busy, bound, steps)
 
-    processing._sinks.insert(0, attach)
     profiled = []
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(processing, "_diagnose", lambda run, trace, summary, device, options, warnings: planned(
+            trace, summary, device, options, warnings))
         for _ in range(3):
             with ns.profile_neuron(name="d") as run:
                 rmsnorm_naive(*xw)
             profiled.append(run)
         ns.flush(30)
-    finally:
-        processing.remove_sink(attach)
     got = reader.metrics()
     util = got[m.DEVICE_BUSY]
     assert util.unit == "1"

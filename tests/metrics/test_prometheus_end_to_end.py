@@ -33,7 +33,7 @@ import neuronscope as ns
 from metrics.conftest import DEFAULTS, custom_ops, prometheus_or_skip
 from neuronscope import _stats
 from neuronscope.analysis.diagnosis.model import Diagnosis
-from neuronscope.capture import processing
+from neuronscope.sinks import CallbackSink, add_sink, remove_sink
 from neuronscope.sinks import otel
 from neuronscope.sinks.otel.metrics import OTHER, PROMETHEUS_NAMES
 
@@ -59,11 +59,11 @@ class Workload:
         self.stats: dict[str, int] = {}
         self.spans: list = []
 
-    def sink_first(self, run) -> None:  # runs before the OpenTelemetry sink: what it will record
-        assert run._diagnosis is not None, run
+    def sink_first(self, run) -> None:  # the result the OpenTelemetry sink recorded (immutable)
+        assert run.diagnosis is not None, run
         if run.name == "diagnosed":
             with self.lock:
-                self.diagnoses.append(run._diagnosis)
+                self.diagnoses.append(run.diagnosis)
 
     def sink_last(self, run) -> None:
         with self.lock:
@@ -89,8 +89,9 @@ def live(tmp_path_factory):
         ns.configure(**DEFAULTS)
         ns.configure(tracer_provider=tracer_provider, prometheus_port=0, metrics_top_ops=TOP_OPS)
         endpoint = otel.prometheus_endpoint()
-        processing._sinks.insert(0, work.sink_first)
-        processing.add_sink(work.sink_last)
+        first, last = CallbackSink(work.sink_first), CallbackSink(work.sink_last)
+        add_sink(first)
+        add_sink(last)
         prom = PrometheusServer([f"127.0.0.1:{endpoint.port}"], tmp_path_factory.mktemp("prometheus"))
         try:
             prom.start()
@@ -130,8 +131,8 @@ def live(tmp_path_factory):
             work.spans = list(spans.get_finished_spans())
             yield prom, work
         finally:
-            processing.remove_sink(work.sink_first)
-            processing.remove_sink(work.sink_last)
+            remove_sink(first)
+            remove_sink(last)
             prom.stop()
             ns.flush(30)
             ns.configure(**DEFAULTS)

@@ -310,7 +310,7 @@ def scenario_memory(work: Path) -> dict:
     """memory=True on Neuron: the device allocator's totals, then an OOM with the runtime's table."""
     import os
 
-    from neuronscope.capture.memory import parse_neuron_mem_table
+    from neuronscope.capture.devices.neuron_memory import parse_neuron_mem_table
 
     MiB = 1 << 20
     os.environ["NEURONSCOPE_NEURON_MEM_TABLE_DIR"] = str(work)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from test_neuron_path import run_scenario
 
-from neuronscope.capture.memory import parse_neuron_mem_table
+from neuronscope.capture.devices.neuron_memory import parse_neuron_mem_table
 
 MiB = 1 << 20
 

@@ -3,12 +3,10 @@ dead, slow and failing endpoints: telemetry problems never reach the caller."""
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import pytest
-import torch
-from support.otlp_receiver import OtlpReceiver, dead_endpoint
+from support.otlp_receiver import OtlpReceiver
 from workloads import rmsnorm_naive
 
 import neuronscope as ns

@@ -15,7 +15,7 @@ from neuronscope.cli import cli
 from neuronscope.report.html import write_html
 from neuronscope.sinks.otel.spans import diagnosis_attributes
 
-from report.test_html_in_chromium import browser  # noqa: F401 - the real Chromium the HTML tests use
+from report.test_html_in_chromium import browser  # noqa: F401 - the real Chromium the HTML tests use (a fixture)
 
 from .test_real_traces import _corpus_file
 
@@ -70,7 +70,7 @@ def test_rank_profile_carries_exposed_collective_time(ddp):
     assert profile["window"]["collective_us"] == pytest.approx(d.communication.collective_us, abs=1.0)
 
 
-def test_html_report_in_chromium(ddp, browser, tmp_path):
+def test_html_report_in_chromium(ddp, browser, tmp_path):  # noqa: F811 - browser is the fixture imported above
     path, d = ddp
     html = write_html(ns.load_trace(path), tmp_path / "ddp.html")
     page = browser.new_page()

@@ -112,8 +112,7 @@ def test_1000_profiled_calls_never_leave_more_than_50_run_dirs(tmp_path, xw):
     print(f"1000 calls in {time.monotonic() - t0:.1f} s: profiled {s['profiled']}, "
           f"skipped under backpressure {s['skipped_backpressure']}; at most {most} run directories")
     assert most <= 50
-    assert s["dropped"] == 0
-    assert s["profiled"] + s["skipped_backpressure"] == 1000
+    assert s["profiled"] + s["skipped_backpressure"] == 1000  # every call written out or skipped up front
 
 
 def test_max_bytes_keeps_the_output_dir_under_budget(tmp_path, xw):

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from ..errors import ConfigurationError
 from .summary import OpStats, Summary
 
 __all__ = [
@@ -179,7 +180,7 @@ class SummaryDiff:
         Raises KeyError for an op name found in neither summary (a typo should not pass a gate).
         """
         if not isinstance(pct, (int, float)) or isinstance(pct, bool) or math.isnan(pct) or pct < 0:
-            raise ValueError(f"regressions(pct={pct!r}): use a non-negative number of percent")
+            raise ConfigurationError(f"regressions(pct={pct!r}): use a non-negative number of percent")
         found: list[Regression] = []
         if total and self.total.regressed(pct):
             found.append(Regression("total", "total device time", self.total.a, self.total.b, self.total.pct))

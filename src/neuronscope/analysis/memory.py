@@ -171,10 +171,21 @@ def _primary_device(trace: Trace, records: MemoryRecords) -> tuple[str, MemoryRe
     return (DEVICE_TYPES.get(code, trace.device if trace.device != "cpu" else f"device{code}"), records.select(records.device_type == code))
 
 
+def _user_frames(names: list[str], py_name_ids: np.ndarray) -> dict[int, str]:
+    """``file.py:12 (func)`` of the Python frames among ``py_name_ids`` that are user code."""
+    from .diagnosis.categories import user_frame
+
+    out: dict[int, str] = {}
+    for nid in np.unique(py_name_ids).tolist():
+        f = user_frame(names[nid])
+        if f is not None:
+            out[nid] = f
+    return out
+
+
 def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
     """Per record: op label id (-1: none), region path id (0: none), source label id (-1).
     Returns the ids and the two string tables (labels: ops and sources; path_names)."""
-    from .diagnosis.categories import user_frame
     from .nesting import nest_kinds
 
     n = len(rec)
@@ -201,12 +212,7 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
     is_region = (kind == int(EventKind.REGION)) & ~is_step
     is_op = kind == int(EventKind.OP)
     is_py = kind == int(EventKind.PYTHON)
-    frame_of_name = {}
-    if is_py.any():
-        for nid in np.unique(name[is_py]).tolist():
-            f = user_frame(names[nid])
-            if f is not None:
-                frame_of_name[nid] = f
+    frame_of_name = _user_frames(names, name[is_py])
     user_py = is_py & np.isin(name, list(frame_of_name)) if frame_of_name else np.zeros(name.size, dtype=bool)
     label_id: dict[str, int] = {}
 

@@ -41,13 +41,10 @@ compiling, or waiting in other collectives.
 
 from __future__ import annotations
 
-import json
-import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -57,13 +54,17 @@ from .diagnosis.communication import COLLECTIVE_KERNEL, collective_kind
 __all__ = [
     "CAUSES",
     "COLLECTIVE_KINDS",
+    "RANK_COLUMNS",
     "RANK_FILE",
+    "RANK_HEADER",
+    "RankColumn",
     "RankComparison",
     "RankRow",
     "StepRow",
     "Straggler",
     "collective_kind",
-    "compare_ranks",
+    "compare_rank_runs",
+    "rank_label",
     "rank_profile",
 ]
 
@@ -87,9 +88,6 @@ STRAGGLER_LAST_SHARE = 0.5
 STRAGGLER_NOISE_FACTOR = 3.0
 #: with 2 ranks: late by the floor in this share of the steps
 STRAGGLER_CONSISTENT_SHARE = 0.8
-
-_RANK_DIR = re.compile(r"^rank(\d+)$")
-
 
 # -- one rank: what its run keeps ----------------------------------------------------------------
 
@@ -236,7 +234,63 @@ class RankRow:
     exposed_us: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        """The JSON row: ``rank``, the table's columns in the table's order, then the rest."""
+        d = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        first = {k: d.pop(k) for k in ("rank", *(c.key for c in RANK_COLUMNS))}
+        return first | d
+
+
+@dataclass(frozen=True)
+class RankColumn:
+    """A column of the per-rank table. ``str(comparison)``, ``neuronscope ranks`` and the HTML
+    report draw :data:`RANK_COLUMNS` in order; ``key`` is the :class:`RankRow` field and the
+    key of ``--json`` / ``to_dict()``, so the three and the JSON cannot drift apart."""
+
+    key: str
+    header: str
+    unit: Literal["us", "signed_us", "pct", "text"]
+    priority: int  #: on a narrow terminal the highest goes first
+
+    def value(self, row: RankRow) -> Any:
+        return getattr(row, self.key)
+
+    def text(self, row: RankRow) -> str:
+        """The cell as every table shows it ("-": not known)."""
+        from .text import format_us
+
+        v = self.value(row)
+        if v is None or v == "":
+            return "-"
+        if self.unit == "us":
+            return format_us(v)
+        if self.unit == "signed_us":
+            return _signed(v)
+        return f"{v:.1f}" if self.unit == "pct" else str(v)
+
+
+#: the first column: "rank N", marked " *" on the straggler (:func:`rank_label`)
+RANK_HEADER = "Rank"
+#: the per-rank table, per step (medians over the steps); docs/distributed.md explains each
+RANK_COLUMNS: tuple[RankColumn, ...] = (
+    RankColumn("step_p50_us", "Step p50", "us", 1),
+    RankColumn("device_busy_pct", "Busy %", "pct", 2),
+    RankColumn("collective_us", "Collective", "us", 1),
+    RankColumn("exposed_us", "Exposed", "us", 4),
+    RankColumn("collective_wait_us", "Wait", "us", 1),
+    RankColumn("compute_us", "Compute", "us", 3),
+    RankColumn("host_us", "Host", "us", 3),
+    RankColumn("data_us", "Data", "us", 4),
+    RankColumn("compile_us", "Compile", "us", 5),
+    RankColumn("late_us", "Late", "signed_us", 1),
+    RankColumn("last_arrival_pct", "Last %", "pct", 5),
+    RankColumn("clock_offset_us", "Clock", "signed_us", 5),
+    RankColumn("host", "Host name", "text", 6),
+)
+
+
+def rank_label(comparison: RankComparison, row: RankRow) -> str:
+    straggler = comparison.straggler is not None and comparison.straggler.rank == row.rank
+    return f"rank {row.rank}" + (" *" if straggler else "")
 
 
 @dataclass(frozen=True)
@@ -353,19 +407,14 @@ class RankComparison:
         return lines
 
     def __str__(self) -> str:
-        from .text import format_us
-
-        head = ("rank", "host", "step p50", "busy %", "collective", "exposed", "wait", "compute", "host", "data", "late", "clock")
-        body = []
-        for r in self.ranks:
-            body.append((
-                str(r.rank) + (" *" if self.straggler is not None and self.straggler.rank == r.rank else ""),
-                r.host or "-", format_us(r.step_p50_us), f"{r.device_busy_pct:.1f}", format_us(r.collective_us),
-                format_us(r.exposed_us), format_us(r.collective_wait_us), format_us(r.compute_us), format_us(r.host_us), format_us(r.data_us),
-                _signed(r.late_us), "-" if r.clock_offset_us is None else _signed(r.clock_offset_us),
-            ))
+        head = (RANK_HEADER, *(c.header for c in RANK_COLUMNS))
+        body = [(rank_label(self, r), *(c.text(r) for c in RANK_COLUMNS)) for r in self.ranks]
+        left = {0} | {i + 1 for i, c in enumerate(RANK_COLUMNS) if c.unit == "text"}
         widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)]
-        table = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))) for row in (head, *body)]
+        table = [
+            "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in (head, *body)
+        ]
         return "\n".join([*self.headline(), "", *table, *(f"warning: {w}" for w in self.warnings)])
 
 
@@ -500,6 +549,39 @@ def _steps_of(run: RankRun, key: tuple[int, int], use_substeps: bool) -> list[_S
     return [_Step(label, int(lo), int(hi), parts, kinds, cstart, cend)]
 
 
+def _match_collectives(
+    steps: dict[int, list[_Step]], ranks: list[int], n_steps: int, warnings: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Match collectives across ranks — the j-th of each kind in each step — as (starts R x C,
+    ends R x C, step of each, kind of each)."""
+    s_cols, e_cols, step_of, kind_of = [], [], [], []
+    mismatch = 0
+    for si in range(n_steps):
+        by_kind: list[dict[str, np.ndarray]] = []
+        for k in ranks:
+            st = steps[k][si]
+            kinds = np.asarray(st.coll_kind, dtype=object)
+            by_kind.append({kd: np.flatnonzero(kinds == kd) for kd in set(st.coll_kind)})
+        for kd in sorted(set().union(*(set(b) for b in by_kind))):
+            counts = [b.get(kd, np.empty(0, dtype=np.int64)).size for b in by_kind]
+            n = min(counts)
+            mismatch += max(counts) - n
+            for j in range(n):
+                s_cols.append([int(steps[k][si].coll_start[by_kind[i][kd][j]]) for i, k in enumerate(ranks)])
+                e_cols.append([int(steps[k][si].coll_end[by_kind[i][kd][j]]) for i, k in enumerate(ranks)])
+                step_of.append(si)
+                kind_of.append(kd)
+    if mismatch:
+        warnings.append(
+            f"{mismatch} collectives could not be matched across ranks (different counts per kind in a step: subgroups, "
+            "or uneven work); the matched ones are compared in order"
+        )
+    R, C = len(ranks), len(s_cols)
+    S = np.asarray(s_cols, dtype=np.int64).T.reshape(R, C)
+    E = np.asarray(e_cols, dtype=np.int64).T.reshape(R, C)
+    return S, E, np.asarray(step_of, dtype=np.int64), kind_of
+
+
 def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[str], other_names: tuple[str, ...]) -> RankComparison:
     per_rank = {k: _keyed([r for r in runs if r.rank == k]) for k in ranks}
     keys = sorted(set.intersection(*(set(d) for d in per_rank.values())))
@@ -527,35 +609,8 @@ def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[st
     n_steps = len(steps[ranks[0]])
     R = len(ranks)
 
-    # match collectives: the j-th of each kind in each step
-    S_cols, E_cols, step_of, kind_of = [], [], [], []
-    mismatch = 0
-    for si in range(n_steps):
-        by_kind: list[dict[str, np.ndarray]] = []
-        for k in ranks:
-            st = steps[k][si]
-            kinds = np.asarray(st.coll_kind, dtype=object)
-            by_kind.append({kd: np.flatnonzero(kinds == kd) for kd in set(st.coll_kind)})
-        all_kinds = sorted(set().union(*(set(b) for b in by_kind)))
-        for kd in all_kinds:
-            counts = [b.get(kd, np.empty(0, dtype=np.int64)).size for b in by_kind]
-            n = min(counts)
-            if len(set(counts)) > 1:
-                mismatch += max(counts) - n
-            for j in range(n):
-                S_cols.append([int(steps[k][si].coll_start[by_kind[i][kd][j]]) for i, k in enumerate(ranks)])
-                E_cols.append([int(steps[k][si].coll_end[by_kind[i][kd][j]]) for i, k in enumerate(ranks)])
-                step_of.append(si)
-                kind_of.append(kd)
-    if mismatch:
-        warnings.append(
-            f"{mismatch} collectives could not be matched across ranks (different counts per kind in a step: subgroups, "
-            "or uneven work); the matched ones are compared in order"
-        )
-    C = len(S_cols)
-    S = np.asarray(S_cols, dtype=np.int64).T.reshape(R, C)
-    E = np.asarray(E_cols, dtype=np.int64).T.reshape(R, C)
-    step_idx = np.asarray(step_of, dtype=np.int64)
+    S, E, step_idx, kind_of = _match_collectives(steps, ranks, n_steps, warnings)
+    C = S.shape[1]
 
     hosts = [per_rank[k][keys[0]].host or f"rank{k}" for k in ranks]  # unknown host: its own clock
     clock, delta = _clock(ranks, hosts, S, E, kind_of)

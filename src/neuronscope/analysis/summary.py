@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigurationError
 from ..trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class Summary:
     def top(self, n: int = 10) -> list[OpStats]:
         """The ``n`` ops with the most self device time."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"top(n): n must be a non-negative int, got {n!r}")
+            raise ConfigurationError(f"top(n): n must be a non-negative int, got {n!r}")
         return list(self.rows[:n])
 
     def __getitem__(self, name: str) -> OpStats:

@@ -133,7 +133,7 @@ class ArmRequest:
                 _expire(self)
             runs = list(self._runs)
             state, inflight = self.state, self._inflight
-        paths = [str(r._path) for r in runs if r._path is not None and r.done]
+        paths = [str(r.path) for r in runs if r.done and r.path is not None]
         return {
             "id": self.id,
             "state": state,
@@ -285,9 +285,8 @@ def attend(name: str) -> bool:
                     return True
             if not _pending:
                 attention[0] = False
-    except Exception:
-        _stats.record("errors")
-        log.warning("neuronscope: arming check failed", exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - a bug here must not break the user's call
+        _stats.contain("the arming check", exc)
         attention[0] = False
     return False
 

@@ -39,11 +39,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import _env
+
 __all__ = ["ControlError", "control_dir", "ensure_started", "list_processes", "request", "socket_path", "stop"]
 
 log = logging.getLogger("neuronscope")
 
-CONTROL_DIR_ENV = "NEURONSCOPE_CONTROL_DIR"
+CONTROL_DIR_ENV = _env.CONTROL_DIR.name
 MAX_REQUEST_BYTES = 4096
 CLIENT_DEADLINE_S = 2.0
 MAX_CLIENTS = 16
@@ -62,9 +64,9 @@ def supported() -> bool:
 
 def control_dir(uid: int | None = None) -> Path:
     """Where the sockets of ``uid``'s processes live (``$NEURONSCOPE_CONTROL_DIR`` wins)."""
-    env = os.environ.get(CONTROL_DIR_ENV, "").strip()
-    if env:
-        return Path(env)
+    env = _env.CONTROL_DIR.get()
+    if env is not None:
+        return env
     return Path("/tmp") / f"neuronscope-{os.geteuid() if uid is None else uid}"
 
 
@@ -352,7 +354,7 @@ def _service_name() -> str:
             name = otel.settings().service_name
         except Exception:  # noqa: BLE001
             name = None
-    name = name or os.environ.get("OTEL_SERVICE_NAME") or (os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "")
+    name = name or _env.env_str("OTEL_SERVICE_NAME", None) or (os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "")
     return str(name or "python")[:100]
 
 

@@ -39,18 +39,65 @@ def merge_segments(
     trace = Trace.concat(list(traces))
     sizes = [len(t) for t in traces]
     seg_of = np.repeat(np.arange(len(traces)), sizes)
+    name_of = np.array(trace.names, dtype=object)[trace.name_id] if len(trace) else np.array([], dtype=object)
     keep = np.ones(len(trace), dtype=bool)
+    # 1. stitch regions cut by a yield back together
+    dur = _stitch_regions(trace, seg_of, sizes, name_of, continued, keep)
+    # 2. nested captures as regions
+    extra, own_tid = _nested_captures(trace, name_of, own_serial)
+    # 3. this capture's own thread only
+    if only_own_thread and own_tid is not None:
+        cpu = np.isin(trace.kind, [EventKind.OP, EventKind.REGION, EventKind.RUNTIME, EventKind.PYTHON, EventKind.OTHER])
+        mine = cpu & (trace.thread == own_tid)
+        launched = np.unique(trace.correlation_id[mine & (trace.correlation_id > 0)])
+        device = np.isin(trace.kind, [EventKind.DEVICE, EventKind.DEVICE_ANNOTATION])
+        keep &= mine | (device & np.isin(trace.linked_correlation_id, launched))
+        extra = [e for e in extra if e[3] == own_tid]
+    merged = Trace(
+        names=trace.names,
+        kind=trace.kind,
+        name_id=trace.name_id,
+        start_ns=trace.start_ns,
+        duration_ns=dur,
+        thread=trace.thread,
+        correlation_id=trace.correlation_id,
+        linked_correlation_id=trace.linked_correlation_id,
+        device=trace.device,
+        base_time_ns=trace.base_time_ns,
+        metadata=dict(trace.metadata),
+        category=trace.category,
+        categories=trace.categories,
+        inputs=trace.inputs,
+        collectives=trace.collectives,
+    ).select(keep)
+    if extra:
+        names, starts, durs, threads = (list(x) for x in zip(*extra))
+        synthetic = Trace.from_columns(
+            names=names,
+            kind=[int(EventKind.REGION)] * len(names),
+            start_ns=starts,
+            duration_ns=durs,
+            thread=threads,
+            device=trace.device,
+            base_time_ns=trace.base_time_ns,
+            categories=["user_annotation"] * len(names),
+        )
+        merged = Trace.concat([merged, synthetic], metadata=merged.metadata)
+    return merged
+
+
+def _stitch_regions(
+    trace: Trace, seg_of: np.ndarray, sizes: list[int], name_of: np.ndarray, continued: Sequence[Sequence[str]], keep: np.ndarray
+) -> np.ndarray:
+    """The durations with each region cut by a yield extended to where its continuation ends;
+    the continuations are dropped from ``keep``."""
     dur = trace.duration_ns.copy()
     end = trace.start_ns + trace.duration_ns
-    names = trace.names
-    name_of = np.array(names, dtype=object)[trace.name_id] if len(trace) else np.array([], dtype=object)
     is_region = trace.kind == EventKind.REGION
-
-    # 1. stitch regions cut by a yield back together
-    seg_end = [int(end[seg_of == k].max()) if sizes[k] else 0 for k in range(len(traces))]
+    seg_end = [int(end[seg_of == k].max()) if sizes[k] else 0 for k in range(len(sizes))]
     consumed: set[int] = set()
     cut_seg = seg_of.copy()  # the segment whose end a (stitched) region reaches
-    for k in range(1, len(traces)):
+    for k in range(1, len(sizes)):
         if not continued[k]:
             continue
         markers = np.flatnonzero((seg_of == k) & (name_of == MARKER_SEGMENT))
@@ -84,12 +131,12 @@ def merge_segments(
             cut_seg[before] = k
             keep[after] = False
             consumed.discard(before)  # may be cut again at a later boundary
+    return dur
 
-    # 2. nested captures as regions
-    extra_names: list[str] = []
-    extra_start: list[int] = []
-    extra_dur: list[int] = []
-    extra_thread: list[int] = []
+
+def _nested_captures(trace: Trace, name_of: np.ndarray, own_serial: int) -> tuple[list[tuple[str, int, int, int]], int | None]:
+    """(name, start, duration, thread) of each capture nested in this one, from its markers,
+    and the thread this capture started on."""
     begins: dict[str, tuple[int, int, str]] = {}
     ends: dict[str, int] = {}
     own_tid: int | None = None
@@ -102,57 +149,13 @@ def merge_segments(
             begins[serial] = (int(trace.start_ns[i]), int(trace.thread[i]), cname)
             if serial == str(own_serial):
                 own_tid = int(trace.thread[i])
-    last = int(end.max()) if len(trace) else 0
-    for serial, (start, tid, cname) in begins.items():
-        if serial == str(own_serial):
-            continue
-        stop = ends.get(serial, last)
-        extra_names.append(cname)
-        extra_start.append(start)
-        extra_dur.append(max(stop - start, 0))
-        extra_thread.append(tid)
-
-    # 3. this capture's own thread only
-    if only_own_thread and own_tid is not None:
-        cpu = np.isin(trace.kind, [EventKind.OP, EventKind.REGION, EventKind.RUNTIME, EventKind.PYTHON, EventKind.OTHER])
-        mine = cpu & (trace.thread == own_tid)
-        launched = np.unique(trace.correlation_id[mine & (trace.correlation_id > 0)])
-        device = np.isin(trace.kind, [EventKind.DEVICE, EventKind.DEVICE_ANNOTATION])
-        keep &= mine | (device & np.isin(trace.linked_correlation_id, launched))
-        keep_extra = [t == own_tid for t in extra_thread]
-        extra = [(n, s, d, t) for n, s, d, t, k in zip(extra_names, extra_start, extra_dur, extra_thread, keep_extra) if k]
-        extra_names, extra_start, extra_dur, extra_thread = (list(x) for x in zip(*extra)) if extra else ([], [], [], [])
-
-    merged = Trace(
-        names=trace.names,
-        kind=trace.kind,
-        name_id=trace.name_id,
-        start_ns=trace.start_ns,
-        duration_ns=dur,
-        thread=trace.thread,
-        correlation_id=trace.correlation_id,
-        linked_correlation_id=trace.linked_correlation_id,
-        device=trace.device,
-        base_time_ns=trace.base_time_ns,
-        metadata=dict(trace.metadata),
-        category=trace.category,
-        categories=trace.categories,
-        inputs=trace.inputs,
-        collectives=trace.collectives,
-    ).select(keep)
-    if extra_names:
-        synthetic = Trace.from_columns(
-            names=extra_names,
-            kind=[int(EventKind.REGION)] * len(extra_names),
-            start_ns=extra_start,
-            duration_ns=extra_dur,
-            thread=extra_thread,
-            device=trace.device,
-            base_time_ns=trace.base_time_ns,
-            categories=["user_annotation"] * len(extra_names),
-        )
-        merged = Trace.concat([merged, synthetic], metadata=merged.metadata)
-    return merged
+    last = int((trace.start_ns + trace.duration_ns).max()) if len(trace) else 0
+    extra = [
+        (cname, start, max(ends.get(serial, last) - start, 0), tid)
+        for serial, (start, tid, cname) in begins.items()
+        if serial != str(own_serial)
+    ]
+    return extra, own_tid
 
 
 def _has_inner_markers(trace: Trace, own_serial: int) -> bool:

@@ -1,20 +1,22 @@
-"""Turning a stopped capture into a complete Run, in two background stages.
+"""Turning a stopped capture into a finished run, in two background stages.
 
 1. **analysis** (:func:`analyse`, analysis worker): the trace model from the capture's
-   segments, the summary — ``run.summary`` returns now — then the diagnosis.
-2. **output** (:func:`write_out`, output worker): the run directory (summary.json,
-   trace.json.gz, manifest.json), the sinks (OpenTelemetry), retention; then the Kineto
-   results are released and ``run.path`` / ``ns.flush()`` return.
+   segments, the summary — ``run.summary`` returns now — then the diagnosis, the memory
+   report and the rank profile: one frozen :class:`~neuronscope.result.Analysis`.
+2. **output** (:func:`write_out`, output worker): slow device enrichment (Neuron Explorer),
+   the manifest, then every sink in order (the run directory, OpenTelemetry, Prometheus) with
+   one :class:`~neuronscope.result.RunResult`; then the Kineto results are released and
+   ``run.path`` / ``ns.flush()`` return.
 
-Every failure here is logged and counted; the user's call finished long ago and never sees it.
+Each stage reads the previous one's frozen product and publishes its own through the
+:class:`~neuronscope.Run` handle. Every failure is contained here (``_stats.contain``): the
+user's call finished long ago and never sees it, and a failing part costs only itself.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,15 +24,13 @@ from typing import Any
 from .. import _config, _stats, _worker
 from .._run import Run, RunStatus
 from ..analysis.summary import summarize
-from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json, write_trace, write_trace_model
+from ..result import Analysis, Annotation, DeviceFacts, RunResult
+from ..sinks import active_sinks
+from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json
 from ..trace.kineto import trace_from_kineto
 
-__all__ = ["ProcessOptions", "add_sink", "analyse", "last_run", "set_last_run", "submit"]
+__all__ = ["ProcessOptions", "analyse", "last_run", "release_segments", "set_last_run", "submit", "write_out"]
 
-log = logging.getLogger("neuronscope")
-
-#: Callables ``sink(run)`` called for every completed run (OpenTelemetry export registers here).
-_sinks: list[Callable[[Run], None]] = []
 _last_run: Run | None = None
 _last_lock = threading.Lock()
 
@@ -41,25 +41,15 @@ class ProcessOptions:
     backend_info: dict[str, Any] = field(default_factory=dict)
     window: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
-    backend: Any = None  #: the DeviceBackend, for its finish_run hook
+    backend: Any = None  #: the DeviceBackend: its finish_run, enrich and memory hooks
     raw_dir: Path | None = None
     first_call: bool = False
     serial: int = 0  #: the capture's serial (its markers in the trace)
     only_own_thread: bool = False
     extra_manifest: dict[str, Any] = field(default_factory=dict)  #: rank, job, ... (added by the caller)
-    #: called on the output worker before the manifest is written: more manifest fields (a trigger's baseline, explanation)
-    annotate: Callable[[Run], dict[str, Any]] | None = None
+    #: called on the output worker with the analysis: what a trigger adds (baseline, explanation)
+    annotate: Callable[[Analysis], Annotation] | None = None
     memory: str | None = None  #: "on" | "history": the memory stage runs (profile_neuron(memory=...))
-
-
-def add_sink(sink: Callable[[Run], None]) -> None:
-    if sink not in _sinks:
-        _sinks.append(sink)
-
-
-def remove_sink(sink: Callable[[Run], None]) -> None:
-    if sink in _sinks:
-        _sinks.remove(sink)
 
 
 def last_run() -> Run | None:
@@ -75,17 +65,60 @@ def set_last_run(run: Run) -> None:
             _last_run = run
 
 
-def _retention_bytes() -> int | None:
-    try:
-        return _config.current().retention()[1]
-    except Exception:  # noqa: BLE001 - bad env var: already warned when the directory was made
-        log.debug("retention settings unreadable", exc_info=True)
-        return None
-
-
 def submit(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
     """Queue a stopped capture for processing (never blocks, never drops)."""
     _worker.get_worker().submit(lambda: analyse(run, segments, run_dir, options))
+
+
+def release_segments(segments: list[Any]) -> None:
+    """Drop this run's hold on its segments; the last holder frees their events and backlog bytes."""
+    for seg in segments:
+        if seg.release():
+            _worker.backlog.remove(id(seg))
+
+
+# -- stage 1: analysis ----------------------------------------------------------------------------
+def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
+    """Trace model, summary (then ``run.summary`` returns), diagnosis, memory, rank profile."""
+    try:
+        analysis = _analysis(run, segments, options)
+    except Exception as exc:  # noqa: BLE001
+        _fail(run, exc, segments, run_dir)
+        return
+    _worker.output_worker().submit(lambda: write_out(run, segments, analysis, run_dir, options))
+
+
+def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
+    from ..analysis.names import compiled_functions
+    from .merge import merge_segments
+
+    trace = merge_segments(
+        [_segment_trace(seg, run.device) for seg in segments],
+        [seg.continued for seg in segments],
+        own_serial=options.serial,
+        only_own_thread=options.only_own_thread and any(seg.all_threads for seg in segments),
+    )
+    if options.window is not None and len(trace):
+        run.start_ns = trace.start_time_ns  # a schedule window starts at its first event
+    warnings = list(run.capture_warnings())
+    device = DeviceFacts()
+    if options.backend is not None:
+        device = options.backend.finish_run(run.name, trace, options.raw_dir, first_call=options.first_call)
+        warnings += device.warnings
+    summary = summarize(trace, compiled_functions=compiled_functions())
+    summary = replace(summary, warnings=tuple(warnings), notes=device.notes)
+    run._publish_summary(summary, trace)
+    diagnosis = _diagnose(run, trace, summary, device, options, warnings)
+    memory = None
+    if options.memory:
+        memory, diagnosis = _memory(run, trace, segments, diagnosis, options, warnings)
+    rank_profile = _rank_profile(run, trace, options, warnings) if "rank" in options.extra_manifest else None
+    analysis = Analysis(
+        trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank_profile,
+        device=device, warnings=tuple(warnings),
+    )
+    run._publish_analysis(analysis)
+    return analysis
 
 
 def _segment_trace(seg: Any, device: str) -> Any:
@@ -96,248 +129,212 @@ def _segment_trace(seg: Any, device: str) -> Any:
         return seg.trace
 
 
-def release_segments(segments: list[Any]) -> None:
-    """Drop this run's hold on its segments; the last holder frees their events and backlog bytes."""
-    for seg in segments:
-        if seg.release():
-            _worker.backlog.remove(id(seg))
+def _diagnose(run: Run, trace: Any, summary: Any, device: DeviceFacts, options: ProcessOptions, warnings: list[str]) -> Any:
+    from ..analysis.diagnosis import diagnose_trace
 
-
-def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
-    """Stage 1: trace model, summary (then ``run.summary`` returns), diagnosis."""
     try:
-        from .merge import merge_segments
-
-        traces = [_segment_trace(seg, run.device) for seg in segments]
-        trace = merge_segments(
-            traces,
-            [seg.continued for seg in segments],
-            own_serial=options.serial,
-            only_own_thread=options.only_own_thread and any(seg.all_threads for seg in segments),
-        )
-        if options.window is not None and len(trace):
-            run.start_ns = trace.start_time_ns  # a schedule window starts at its first event
-        from ..analysis.names import compiled_functions
-
-        summary = summarize(trace, compiled_functions=compiled_functions())
-        run.manifest = {}
-        notes: list[str] = []
-        if options.backend is not None:
-            notes = options.backend.finish_run(run, options.raw_dir, first_call=options.first_call)
-        summary = replace(summary, warnings=tuple(run.warnings), notes=tuple(notes))
-        run._set_summary(summary, trace)
-        diagnosis = _diagnose(run, trace, summary, options)
-        if options.memory:
-            diagnosis = _memory(run, trace, segments, diagnosis, options)
-        run._set_diagnosis(diagnosis)
-        if "rank" in options.extra_manifest:  # a rank of a distributed job
-            run._rank_profile = _rank_profile(run, trace, options)  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001
-        _fail(run, exc, segments, run_dir)
-        return
-    _worker.output_worker().submit(lambda: write_out(run, segments, trace, run_dir, options))
-
-
-def _diagnose(run: Run, trace: Any, summary: Any, options: ProcessOptions) -> Any:
-    try:
-        from ..analysis.diagnosis import diagnose_trace
-    except ImportError:  # pragma: no cover - during development only
-        return None
-    try:
-        return diagnose_trace(trace, summary=summary, facts=run.manifest, serial=options.serial)
+        return diagnose_trace(trace, summary=summary, facts=dict(device.manifest), serial=options.serial)
     except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
-        _stats.record("errors")
-        log.warning("neuronscope: diagnosing %r failed: %s", run.name, exc, exc_info=True)
-        run.warnings.append(f"diagnosis failed: {exc!r}")
+        _stats.contain("diagnosis", exc, name=run.name, warnings=warnings)
         return None
 
 
-def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions) -> Any:
-    """The memory stage: ``run.memory`` and its findings appended to the diagnosis'."""
+def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions, warnings: list[str]) -> tuple[Any, Any]:
+    """The memory stage: (``run.memory``, the diagnosis with the memory findings appended)."""
     try:
-        from dataclasses import replace as _replace
-
-        from ..analysis.memory import analyse_memory
+        from ..analysis.memory import analyse_memory, neuron_device_report
         from ..trace.memory import MemoryRecords
-        from .memory import neuron_oom_table, segment_records
+        from .memory import segment_records
 
         records = MemoryRecords.concat([segment_records(seg, options.raw_dir) for seg in segments])
         lo, hi = trace.start_time_ns, trace.end_time_ns
         if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
             records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
         facts: dict[str, Any] = {}
-        if run.device == "neuron":
-            # the runtime's OOM table, when the profiled code failed and the runtime wrote one
-            table = neuron_oom_table(since_ns=run.start_ns - 1_000_000_000) if run.error else None
-            if table is not None:
-                facts["neuron_oom_table"] = table
-            stats = getattr(run, "_neuron_memory", None)
-            if stats and len(stats) == 2 and stats[1]:
-                facts["neuron_memory_stats"] = {"start": stats[0], "end": stats[1]}
-        steps = None
-        if diagnosis is not None and diagnosis.steps is not None and diagnosis.steps.count == len(diagnosis.steps.per_step):
-            import numpy as np
-
-            per = diagnosis.steps.per_step
-            starts = np.array([s.start_ns for s in per], dtype=np.int64)
-            steps = (diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64))
-        report, findings = analyse_memory(trace, records, steps=steps, error=run.error, device_facts=facts)
-        if run.device == "neuron" and report.device != "neuron" and ("neuron_memory_stats" in facts or "neuron_oom_table" in facts):
-            from ..analysis.memory import neuron_device_report
-
+        if options.backend is not None:
+            facts = options.backend.memory_facts(run.capture, error=run.error, start_ns=run.start_ns)
+        report, findings = analyse_memory(trace, records, steps=_step_bounds(diagnosis), error=run.error, device_facts=facts)
+        if report.device != run.device and facts:
             # no device allocator records: the device's own totals (and OOM table) make the report
             report, findings = neuron_device_report(report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns)
         if not len(records) and any(seg.all_threads for seg in segments):
             # torch (2.x) records no [memory] events in a profile_all_threads session
-            report = _replace(report, notes=("no allocator records: torch records none when it profiles every thread "
-                                             "(all_threads=True); profile one thread to record memory",))
-        run._memory = report
+            report = replace(report, notes=("no allocator records: torch records none when it profiles every thread "
+                                            "(all_threads=True); profile one thread to record memory",))
         if diagnosis is not None:
-            diagnosis = _replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
+            diagnosis = replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
+        return report, diagnosis
     except Exception as exc:  # noqa: BLE001 - a memory-stage bug must not cost the run
-        _stats.record("errors")
-        log.warning("neuronscope: the memory report of %r failed: %s", run.name, exc, exc_info=True)
-        run.warnings.append(f"memory report failed: {exc!r}")
-    return diagnosis
+        _stats.contain("memory report", exc, name=run.name, warnings=warnings)
+        return None, diagnosis
 
 
-def _rank_profile(run: Run, trace: Any, options: ProcessOptions) -> dict[str, Any] | None:
+def _step_bounds(diagnosis: Any) -> Any:
+    """(source, starts, ends) of the diagnosis' steps for the per-step memory, or None."""
+    if diagnosis is None or diagnosis.steps is None or diagnosis.steps.count != len(diagnosis.steps.per_step):
+        return None
+    import numpy as np
+
+    per = diagnosis.steps.per_step
+    starts = np.array([s.start_ns for s in per], dtype=np.int64)
+    return diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64)
+
+
+def _rank_profile(run: Run, trace: Any, options: ProcessOptions, warnings: list[str]) -> dict[str, Any] | None:
     """What ``neuronscope ranks`` compares (collectives, time outside them): rank.json."""
     try:
         from ..analysis.ranks import rank_profile
 
         return rank_profile(trace, serial=options.serial)
     except Exception as exc:  # noqa: BLE001 - the cross-rank view is extra; the run is not lost
-        _stats.record("errors")
-        log.warning("neuronscope: the cross-rank profile of %r failed: %s", run.name, exc, exc_info=True)
-        run.warnings.append(f"cross-rank profile failed: {exc!r}")
+        _stats.contain("cross-rank profile", exc, name=run.name, warnings=warnings)
         return None
 
 
-def write_out(run: Run, segments: list[Any], trace: Any, run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
-    """Stage 2: run directory, sinks, manifest; then the Kineto results are released."""
+# -- stage 2: output --------------------------------------------------------------------------------
+def write_out(run: Run, segments: list[Any], analysis: Analysis, run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
+    """Enrichment, the run directory and every sink; then the Kineto results are released."""
     where: Path | None = None
     try:
+        warnings = list(analysis.warnings)
+        analysis = _enriched(run, analysis, options, warnings)
         try:
             where = run_dir() if callable(run_dir) else run_dir
         except Exception as exc:  # noqa: BLE001 - no directory, but the run still completes in memory
-            _stats.record("errors")
-            log.warning("neuronscope: could not create the run directory of %r: %s", run.name, exc)
-        device_facts = run.manifest
-        run.manifest = base_manifest(
-            name=run.name,
-            device=run.device,
-            status=RunStatus.ERROR if run.error else RunStatus.COMPLETE,
-            start_ns=run.start_ns,
-            end_ns=run.end_ns,
-            error=run.error,
-            error_message=run.error_message,
-            window=options.window,
-            events=len(trace),
-            segments=len(segments),
-            backend=options.backend_info,
-            sampling=options.sampling,
-            warnings=run.warnings,
-            **options.extra_manifest,
-            **device_facts,
-            **_annotations(run, options),
+            _stats.contain("creating the run directory", exc, name=run.name, exc_info=False)
+        annotation = _annotation(run, analysis, options, warnings)
+        status = RunStatus.ERROR if run.error else RunStatus.COMPLETE
+        result = RunResult(
+            name=run.name, device=run.device, status=status, start_ns=run.start_ns, end_ns=run.end_ns,
+            error=run.error, error_message=run.error_message, analysis=analysis, capture=run.capture,
+            path=where, annotation=annotation, warnings=tuple(warnings),
+            manifest=_manifest(run, analysis, annotation, segments, options, status, warnings),
         )
-        if run._diagnosis is not None:
-            run.manifest["bound_by"] = run._diagnosis.bound_by
-            run.manifest["device_busy_pct"] = round(run._diagnosis.device_busy_pct, 2)
-        if run._memory is not None:
-            run.manifest["memory_peak_bytes"] = run._memory.peak_bytes
-            if run.device == "cuda":
-                from .memory import cuda_memory_facts
-
-                run.manifest.update(cuda_memory_facts())
-        if where is not None:
-            _write_run_dir(run, segments, trace, where, options)
-            if options.memory == "history" and run.device == "cuda":
-                _dump_history(run, where)
-        for sink in list(_sinks):
-            try:
-                sink(run)
-            except Exception as exc:  # noqa: BLE001 - a sink must never break the others
-                _stats.record("errors")
-                log.warning("neuronscope: sink %r failed: %s", sink, exc)
-        if where is not None and run._path is not None:
-            run.manifest["files"] = files_of(where)
-            write_json(where / "manifest.json", run.manifest)
+        result = _export(result, segments, options)
         _stats.record("profiled")
-        if where is not None:
-            mark_complete(where, max_bytes=_retention_bytes())
-        run._finish(RunStatus.ERROR if run.error else RunStatus.COMPLETE)
+        if result.path is not None:
+            mark_complete(result.path, max_bytes=_retention_bytes())
+        run._complete(result)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], where)
     finally:
         release_segments(segments)
 
 
-def _annotations(run: Run, options: ProcessOptions) -> dict[str, Any]:
-    """``trigger`` (and what the trigger's hook adds) for a run captured on demand."""
-    out: dict[str, Any] = {}
-    if run.trigger is not None:
-        out["trigger"] = run.trigger.to_dict()
-    if options.annotate is not None:
-        try:
-            out.update(options.annotate(run))
-        except Exception as exc:  # noqa: BLE001 - the run is kept without its explanation
-            _stats.record("errors")
-            log.warning("neuronscope: explaining the triggered run %r failed: %s", run.name, exc, exc_info=True)
-            run.warnings.append(f"trigger explanation failed: {exc!r}")
-    return out
-def _dump_history(run: Run, where: Path) -> None:
+def _enriched(run: Run, analysis: Analysis, options: ProcessOptions, warnings: list[str]) -> Analysis:
+    """The analysis with the device's slow enrichment added (after ``run.summary`` was published)."""
+    if options.backend is None:
+        return analysis
     try:
-        from .memory import cuda_memory_facts, dump_history
+        extra = options.backend.enrich(run.name, options.raw_dir, analysis.device)
+    except Exception as exc:  # noqa: BLE001 - Explorer is extra; the run is kept without it
+        _stats.contain("device enrichment", exc, name=run.name, warnings=warnings)
+        return analysis
+    if not (extra.manifest or extra.notes or extra.warnings or extra.system_profile is not None):
+        return analysis
+    warnings += extra.warnings
+    device = analysis.device.plus(extra)
+    summary = analysis.summary
+    if summary is not None:
+        summary = replace(summary, notes=summary.notes + extra.notes, warnings=tuple(warnings))
+    diagnosis = analysis.diagnosis
+    if diagnosis is not None:
+        from ..analysis.diagnosis import with_device_facts
 
-        snap = dump_history(where)
-        if snap is not None:
-            run.manifest["memory_snapshot"] = snap.name  # open it at https://pytorch.org/memory_viz
-        run.manifest.update(cuda_memory_facts())
-    except Exception as exc:  # noqa: BLE001 - the snapshot is extra
-        _stats.record("errors")
-        log.warning("neuronscope: the CUDA memory snapshot of %r failed: %s", run.name, exc)
-        run.warnings.append(f"memory snapshot failed: {exc!r}")
+        diagnosis = with_device_facts(diagnosis, device.manifest)  # Explorer's insights
+    return replace(analysis, summary=summary, diagnosis=diagnosis, device=device, warnings=tuple(warnings))
+
+
+def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings: list[str]) -> Annotation:
+    """What a trigger's hook adds to a run captured on demand (its baseline, explanation)."""
+    if options.annotate is None:
+        return Annotation()
+    try:
+        return options.annotate(analysis)
+    except Exception as exc:  # noqa: BLE001 - the run is kept without its explanation
+        _stats.contain("trigger explanation", exc, name=run.name, warnings=warnings)
+        return Annotation()
+
+
+def _manifest(run: Run, analysis: Analysis, annotation: Annotation, segments: list[Any], options: ProcessOptions,
+              status: str, warnings: list[str]) -> dict[str, Any]:
+    trigger: dict[str, Any] = {"trigger": run.capture.trigger.to_dict()} if run.capture.trigger is not None else {}
+    manifest = base_manifest(
+        name=run.name,
+        device=run.device,
+        status=status,
+        start_ns=run.start_ns,
+        end_ns=run.end_ns,
+        error=run.error,
+        error_message=run.error_message,
+        window=options.window,
+        events=len(analysis.trace) if analysis.trace is not None else 0,
+        segments=len(segments),
+        backend=options.backend_info,
+        sampling=options.sampling,
+        warnings=warnings,
+        **options.extra_manifest,
+        **analysis.device.manifest,
+        **trigger,
+        **annotation.manifest,
+    )
+    if analysis.diagnosis is not None:
+        manifest["bound_by"] = analysis.diagnosis.bound_by
+        manifest["device_busy_pct"] = round(analysis.diagnosis.device_busy_pct, 2)
+    if analysis.memory is not None:
+        manifest["memory_peak_bytes"] = analysis.memory.peak_bytes
+    return manifest
+
+
+def _export(result: RunResult, segments: list[Any], options: ProcessOptions) -> RunResult:
+    """Every active sink in order, each with the result as the ones before it left it (the run
+    directory first: the spans point at its files); then manifest.json."""
+    from ..sinks.rundir import RUN_DIRECTORY, RunDirectoryOptions
+
+    manifest = dict(result.manifest)
+    warnings = list(result.warnings)
+    for sink in active_sinks():
+        added: Mapping[str, Any] | None
+        try:
+            if sink is RUN_DIRECTORY:
+                if result.path is None:
+                    continue
+                added = RUN_DIRECTORY.write(result, segments, RunDirectoryOptions(options.save_trace, options.extra_manifest,
+                                                                                  options.memory, options.backend))
+            else:
+                added = sink.export(result)
+        except OSError as exc:
+            if sink is not RUN_DIRECTORY:
+                raise
+            # an unwritable directory: the summary stays in memory, the other sinks still run
+            msg = f"could not write the run directory {result.path}: {exc.strerror or exc}"
+            warnings.append(msg)
+            _stats.contain("writing the run directory", exc, name=result.name, exc_info=False)
+            manifest["warnings"] = list(warnings)
+            result = replace(result, path=None, warnings=tuple(warnings), manifest=dict(manifest))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a sink must never break the others
+            _stats.contain(f"sink {sink.name!r}", exc, exc_info=False)
+            continue
+        if added:
+            manifest.update(added)
+            result = replace(result, manifest=dict(manifest))
+    if result.path is not None:
+        manifest["files"] = files_of(result.path)
+        write_json(result.path / "manifest.json", manifest)
+        result = replace(result, manifest=manifest)
+    return result
+
+
+def _retention_bytes() -> int | None:
+    return _config.current().retention()[1]  # a malformed NEURONSCOPE_MAX_BYTES: warned, default used
 
 
 def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> None:
-    _stats.record("errors")
-    log.warning("neuronscope: processing the profile of %r failed: %s", run.name, exc, exc_info=exc)
-    run.warnings.append(f"processing failed: {exc!r}")
+    _stats.contain("processing the profile", exc, name=run.name)
+    run.warn(f"processing failed: {exc!r}")
     if isinstance(run_dir, Path):
         mark_complete(run_dir)
     release_segments(segments)
     run._finish(RunStatus.FAILED)
 
-
-def _write_run_dir(run: Run, segments: list[Any], trace: Any, run_dir: Path, options: ProcessOptions) -> None:
-    try:
-        summary = run._summary.to_dict()  # type: ignore[union-attr]
-        if run._diagnosis is not None:
-            summary["diagnosis"] = run._diagnosis.to_dict()
-        if run._memory is not None:
-            summary["memory"] = run._memory.to_dict()
-        write_json(run_dir / "summary.json", summary)
-        rank_facts = getattr(run, "_rank_profile", None)
-        if rank_facts is not None:
-            from ..analysis.ranks import RANK_FILE
-
-            write_json(run_dir / RANK_FILE, rank_facts)
-        if options.save_trace:
-            meta = {"neuronscope_device": run.device}
-            if options.extra_manifest:
-                meta["neuronscope"] = dict(options.extra_manifest)
-            single = len(segments) == 1 and segments[0].trace is trace and segments[0].results is not None
-            t0 = time.perf_counter()
-            if single:
-                write_trace(segments[0].results, run_dir / "trace.json.gz", meta, saved=segments[0].saved_json)
-            else:  # several segments (a capture that nested others): written from the merged model
-                write_trace_model(trace, run_dir / "trace.json.gz", meta)
-            log.debug("trace written in %.2f s", time.perf_counter() - t0)
-        run._path = run_dir
-    except OSError as exc:
-        _stats.record("errors")
-        msg = f"could not write the run directory {run_dir}: {exc.strerror or exc}"
-        run.warnings.append(msg)
-        log.warning("neuronscope: %s; the summary stays in memory", msg)

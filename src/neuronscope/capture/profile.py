@@ -21,15 +21,17 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 import wrapt
 
-from .. import _config, _stats, _worker
+from .. import _config, _env, _stats, _worker
 from .._run import Run, RunStatus
 from ..errors import ConfigurationError
+from ..result import CaptureFacts
 from ..sinks.otel import capture_parent_context
 from .. import _ranks
 from . import arming as _arming
@@ -37,7 +39,7 @@ from . import control as _control
 from . import session, usdt
 from . import wiring as _wiring  # noqa: F401 - the OpenTelemetry sink and the flush at exit, once
 from .devices import DeviceBackend, select_backend, validate_device
-from .devices.neuron import NeuronBackend, NeuronOptions, refuse_env_capture
+from .devices.neuron import NeuronOptions
 from .processing import ProcessOptions, release_segments, set_last_run, submit
 from .sampling import SamplingPolicy, _count_value
 
@@ -90,9 +92,7 @@ class ProfileNeuron:
             raise ConfigurationError(f"profile_neuron(name={name!r}): name must be a non-empty string")
         self.device = validate_device(device)
         if self.device != "auto":
-            select_backend(self.device)  # an explicitly requested device that is absent fails here
-        if self.device == "neuron":
-            refuse_env_capture()
+            select_backend(self.device)  # an explicitly requested device that is absent (or misconfigured) fails here
         self._sampling = dict(
             sample=sample, every=every, max_per_minute=max_per_minute, warmup=warmup, seed=seed, sampler=sampler
         )
@@ -178,28 +178,31 @@ class ProfileNeuron:
         return stack
 
     # -- decorator -----------------------------------------------------------------------
+    def _decider(self, policy: SamplingPolicy, name: str) -> Callable[[], bool]:
+        """Whether the next call of the function named ``name`` is profiled (per call)."""
+        attend = lambda: _arming.attend(name)  # noqa: E731 - asked only while something is armed
+        # With a trigger, calls without sampling options are not all profiled: the trigger chooses.
+        profile_all = self.trigger is None
+        if self.ranks is None:
+            return policy.decider(enabled=lambda: _config._settings.enabled, attend=attend, profile_all=profile_all)
+        chosen = self.ranks
+        return policy.decider(
+            enabled=lambda: _config._settings.enabled and _ranks.selected(chosen), attend=attend, profile_all=profile_all
+        )
+
     def __call__(self, func: F) -> F:
         target = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
         if not callable(target):
-            raise TypeError(f"profile_neuron(...) decorates functions and methods, not {type(func).__name__}")
+            raise ConfigurationError(f"profile_neuron(...) decorates functions and methods, not {type(func).__name__}")
         name = self.name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "profile")
         save = False if self.save_trace is None else self.save_trace
         this = self
         if _config.disabled_by_environment():
             return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
+        _env.check()  # decorating is the user's call: a malformed NEURONSCOPE_* fails here, not per call
         policy = SamplingPolicy(**self._sampling)  # each decorated function samples on its own
         _arming.register(name, policy)
-        attend = lambda: _arming.attend(name)  # noqa: E731 - asked only while something is armed
-        # wrapt evaluates `enabled` per call and skips the wrapper entirely when it says no.
-        # With a trigger, calls without sampling options are not all profiled: the trigger chooses.
-        profile_all = self.trigger is None
-        if self.ranks is None:
-            decide = policy.decider(enabled=lambda: _config._settings.enabled, attend=attend, profile_all=profile_all)
-        else:
-            chosen = self.ranks
-            decide = policy.decider(
-                enabled=lambda: _config._settings.enabled and _ranks.selected(chosen), attend=attend, profile_all=profile_all
-            )
+        decide = self._decider(policy, name)
 
         def start(capture: _Capture, stash: Any = None) -> Run:
             capture.first_call = policy.is_first_profiled_call
@@ -346,6 +349,7 @@ class _Capture:
         self.rank_info: _ranks.RankInfo | None = None  # set at start in a distributed job
         self.trigger: Any = None  # why it is profiled on demand (arming, a SlowCalls trigger)
         self.annotate: Any = None  # the trigger's hook adding baseline and explanation to the manifest
+        self.call_ns: int | None = None  # the call's wall time, when a trigger timed it (for its manifest)
 
     # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
@@ -377,8 +381,7 @@ class _Capture:
             return self._start()
         except Exception as exc:  # noqa: BLE001 - profiling must never break the user's call
             session.abandon(self)
-            _stats.record("errors")
-            log.warning("neuronscope: could not start profiling %r (%s); running unprofiled", self.name, exc)
+            _stats.contain("starting the profiler (running unprofiled)", exc, name=self.name, exc_info=False)
             if self._run_dir is not None:
                 _discard_dir(self._run_dir)
             self._open = False
@@ -421,33 +424,22 @@ class _Capture:
     def _start(self) -> Run:
         t_begin, c_begin = time.perf_counter_ns(), time.thread_time_ns()
         spec = self.spec
-        backend = select_backend(spec.device)
-        if isinstance(backend, NeuronBackend):
-            refuse_env_capture()
-            if spec.neuron is not None:
-                backend = NeuronBackend(spec.neuron)
+        backend = select_backend(spec.device, neuron=spec.neuron)
         self._backend = backend
         self.rank_info = _ranks.current()
-        self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None)
-        self.run.trigger = self.trigger
-        self.run._otel_parent = capture_parent_context()
+        facts = CaptureFacts(otel_parent=capture_parent_context(), trigger=self.trigger)
+        self.run = Run(self.name, backend.name, schedule_handle=self if spec.schedule else None, capture=facts)
         self.run.start_ns = time.time_ns()
-        if backend.name == "neuron":
-            # The Neuron runtime writes its raw files during the profile: the directory must exist now.
+        if backend.needs_run_dir_at_start:
+            # The device writes its raw files during the profile: the directory must exist now.
             self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns, self.rank_info)
             if self._run_dir is not None:
-                self._raw_dir = self._run_dir / "neuron"
+                self._raw_dir = self._run_dir / backend.name
                 self._raw_dir.mkdir(mode=0o700, exist_ok=True)
         # Elsewhere the run directory is made by the output worker: mkdir and retention scans
         # are syscalls, and each can cost the caller a GIL hand-over (~5 ms) while a worker computes.
-        if spec.memory == "history" and backend.name == "cuda":
-            from .memory import start_history
-
-            start_history()  # the allocator history the run directory's memory_snapshot.pickle holds
-        if spec.memory and backend.name == "neuron":
-            from .memory import neuron_memory_stats
-
-            self.run._neuron_memory = [neuron_memory_stats()]  # type: ignore[attr-defined]  # the device allocator at the start
+        if spec.memory:
+            self.run.capture = replace(facts, device_start=backend.memory_start(spec.memory))
         session.enter(self)
         self._open = True
         session.mark_capture(self)
@@ -490,20 +482,16 @@ class _Capture:
         try:
             self._backend.on_trace_ready(prof, self._raw_dir)
         except Exception as exc:  # noqa: BLE001
-            if self.run is not None:
-                self.run.warnings.append(f"device exporter failed: {exc!r}")
-            log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
+            _stats.contain("device exporter", exc, name=self.name, warnings=self.run.warn if self.run is not None else None,
+                           exc_info=False)
 
     def stop_failed(self) -> None:
-        _stats.record("errors")
-        log.warning("neuronscope: stopping the profiler for %r failed", self.name, exc_info=True)
+        _stats.contain("stopping the profiler", sys.exc_info()[1] or RuntimeError("unknown"), name=self.name)
 
     def resume_failed(self, exc: BaseException) -> None:
-        _stats.record("errors")
-        msg = f"the profile could not resume after a nested profile ({exc}); its time after that is missing"
-        log.warning("neuronscope: %r: %s", self.name, msg)
-        if self.run is not None:
-            self.run.warnings.append(msg)
+        # the run keeps what it recorded; its time after the nested profile is missing
+        _stats.contain("resuming after a nested profile", exc, name=self.name,
+                       warnings=self.run.warn if self.run is not None else None, exc_info=False)
 
     def step(self) -> None:
         if self._prof is not None:
@@ -531,14 +519,13 @@ class _Capture:
         try:
             segments = session.leave(self, before_stop=backend.synchronize if backend is not None else None)
         except Exception as exc_stop:  # noqa: BLE001
-            _stats.record("errors")
-            log.warning("neuronscope: stopping the profiler for %r failed: %s", self.name, exc_stop)
+            _stats.contain("stopping the profiler", exc_stop, name=self.name, exc_info=False)
             segments = list(self.segments)
-        neuron_memory = getattr(run, "_neuron_memory", None)
-        if neuron_memory is not None:  # ... and at the end (leave() synchronized the device)
-            from .memory import neuron_memory_stats
-
-            neuron_memory.append(neuron_memory_stats())
+        if self.spec.memory and backend is not None:  # ... and at the end (leave() synchronized the device)
+            try:
+                run.capture = replace(run.capture, device_end=backend.memory_end(self.spec.memory))
+            except Exception as exc:  # noqa: BLE001 - the run is kept without the device's totals
+                _stats.contain("reading device memory at the end", exc, name=self.name, exc_info=False)
         # leave() = torch's stop (+ a restart for an outer capture) + the device exporter:
         # the exporter is ours, the rest torch's.
         torch_ns = time.perf_counter_ns() - t_stop - self._callback_ns
@@ -597,18 +584,16 @@ class _Capture:
             run = self.run
             assert run is not None and self._backend is not None
             # Each active window becomes its own Run with its own directory.
-            window = Run(self.name, run.device)
+            window = Run(self.name, run.device, capture=run.capture)
             window.start_ns = run.start_ns
             window.end_ns = time.time_ns()
-            window._otel_parent = run._otel_parent
             run_dir = self._run_dir if self._windows == 0 else None
             self._windows += 1
             run.windows.append(window)
             try:
                 self._backend.on_trace_ready(prof, self._raw_dir)
             except Exception as exc:  # noqa: BLE001
-                window.warnings.append(f"device exporter failed: {exc!r}")
-                log.warning("neuronscope: %s exporter failed: %s", self._backend.name, exc)
+                _stats.contain("device exporter", exc, name=self.name, warnings=window.warn, exc_info=False)
             seg = session.Segment(
                 results=prof.profiler.kineto_results,
                 owner=self,
@@ -622,8 +607,7 @@ class _Capture:
             set_last_run(window)
             self._submit(window, [seg], run_dir, window=self._windows)
         except Exception as exc:  # noqa: BLE001
-            _stats.record("errors")
-            log.warning("neuronscope: handling the finished trace of %r failed: %s", self.name, exc)
+            _stats.contain("handling the finished trace", exc, name=self.name, exc_info=False)
         finally:
             self._callback_ns += time.perf_counter_ns() - t0
             self._callback_cpu_ns += time.thread_time_ns() - c0
@@ -685,13 +669,7 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int, rank: "_ranks.R
     output_dir = settings.resolved_output_dir(spec.output_dir)
     if rank is not None:  # <output_dir>/<job id>/rank<N>/: ranks never share a directory
         output_dir = output_dir / rank.job_dir / f"rank{rank.rank}"
-    try:
-        max_runs, max_bytes = settings.retention()
-    except ConfigurationError as exc:  # a bad NEURONSCOPE_MAX_* must not cost the run
-        if "retention" not in _warned_dirs:
-            _warned_dirs.add("retention")
-            log.warning("neuronscope: %s; keeping every run directory", exc)
-        max_runs = max_bytes = None
+    max_runs, max_bytes = settings.retention()  # a malformed NEURONSCOPE_MAX_*: warned once, default used
     try:
         return create_run_dir(output_dir, name, start_ns, max_runs=max_runs, max_bytes=max_bytes)
     except OSError as exc:
@@ -771,13 +749,13 @@ class _ProfileNeuronFactory:
             caller = sys._getframe(1)
             return ProfileNeuron(**options, _policy_site=(caller.f_code.co_filename, caller.f_lineno))
         if isinstance(func, str):
-            raise TypeError(f"profile_neuron({func!r}): pass the name as a keyword: profile_neuron(name={func!r})")
+            raise ConfigurationError(f"profile_neuron({func!r}): pass the name as a keyword: profile_neuron(name={func!r})")
         if not (callable(func) or isinstance(func, (classmethod, staticmethod))):
-            raise TypeError(f"profile_neuron() takes a function to decorate or keyword options, not {func!r}")
+            raise ConfigurationError(f"profile_neuron() takes a function to decorate or keyword options, not {func!r}")
         return ProfileNeuron(**options)(func)
 
     def __enter__(self) -> None:
-        raise TypeError("use `with neuronscope.profile_neuron():` — with brackets")
+        raise ConfigurationError("use `with neuronscope.profile_neuron():` — with brackets")
 
     def __exit__(self, *exc: Any) -> None:  # pragma: no cover - __enter__ always raises
         return None

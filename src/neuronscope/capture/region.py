@@ -16,6 +16,7 @@ import wrapt
 from torch.profiler import record_function
 
 from .. import _config
+from ..errors import ConfigurationError
 
 __all__ = ["Region", "continue_open_regions", "region"]
 
@@ -77,13 +78,13 @@ class Region:
 
     def __init__(self, name: str | None = None) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
-            raise ValueError(f"region(name={name!r}): the name must be a non-empty string")
+            raise ConfigurationError(f"region(name={name!r}): the name must be a non-empty string")
         self.name = name
         self._local = threading.local()
 
     def __enter__(self) -> "Region":
         if self.name is None:
-            raise TypeError("region() needs a name when used with `with`: `with neuronscope.region('decode'):`")
+            raise ConfigurationError("region() needs a name when used with `with`: `with neuronscope.region('decode'):`")
         handle = _enter(self.name) if _profiling() else None
         stack = getattr(self._local, "stack", None)
         if stack is None:
@@ -144,10 +145,10 @@ class _RegionFactory:
             return Region(name_or_func)
         if callable(name_or_func):
             return Region()(name_or_func)
-        raise TypeError(f"region() takes a name or a function, not {name_or_func!r}")
+        raise ConfigurationError(f"region() takes a name or a function, not {name_or_func!r}")
 
     def __enter__(self) -> None:
-        raise TypeError("use `with neuronscope.region('name'):` — with brackets and a name")
+        raise ConfigurationError("use `with neuronscope.region('name'):` — with brackets and a name")
 
     def __exit__(self, *exc: Any) -> None:  # pragma: no cover
         return None

@@ -37,6 +37,7 @@ from .. import _config, _stats
 from ..errors import ConfigurationError
 from .. import _ranks
 from .._trigger import Trigger, key_for_manifest
+from ..result import Analysis, Annotation
 
 if TYPE_CHECKING:
     from .._run import Run
@@ -219,9 +220,8 @@ class _TriggerState:
                 self.want[0] = True
             _stats.record("triggers_fired")
             log.info("neuronscope: trigger fired: %s; profiling the next %d call(s) like it", trigger.reason, spec.capture)
-        except Exception:
-            _stats.record("errors")
-            log.warning("neuronscope: the SlowCalls trigger failed on a slow call", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the trigger never breaks the call it times
+            _stats.contain("the SlowCalls trigger on a slow call", exc, once=True)
 
     # -- a call asks whether to profile itself ---------------------------------------------------
     def claim(self, args: Any, kwargs: Any, enabled: Callable[[], bool]) -> tuple[str, Any] | None:
@@ -251,9 +251,8 @@ class _TriggerState:
                     self._update_want()
                     return "baseline", None
                 self._update_want()
-        except Exception:
-            _stats.record("errors")
-            log.warning("neuronscope: the SlowCalls trigger failed to decide a call", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the trigger never breaks the call it times
+            _stats.contain("the SlowCalls trigger deciding a call", exc, once=True)
         return None
 
     def _baseline_attempt_allowed(self, now: float) -> bool:
@@ -283,7 +282,6 @@ class _TriggerState:
         """A baseline candidate finished: the fastest of the round is the baseline."""
         from .sampling import _count_value
 
-        run._trigger_call_ns = call_ns  # type: ignore[attr-defined] - for its manifest
         with self.lock:
             if run.profiled:
                 self.candidates_left -= 1
@@ -297,27 +295,34 @@ class _TriggerState:
             self._update_want()
 
     # -- on the output worker ---------------------------------------------------------------------
-    def annotate_triggered(self, at_fire: Run | None) -> Callable[[Run], dict[str, Any]]:
-        def annotate(run: Run) -> dict[str, Any]:
+    def annotate_triggered(self, at_fire: Run | None) -> Callable[[Analysis], Annotation]:
+        def annotate(analysis: Analysis) -> Annotation:
             # the baseline the trigger had when it fired; else one taken since, once analysed
             baseline = at_fire if at_fire is not None else self.baseline
-            if baseline is None or baseline is run or not baseline._diagnosed.is_set():
-                return {}
-            if baseline._summary is None or baseline._diagnosis is None or run._summary is None or run._diagnosis is None:
-                return {}
+            before = baseline.analysis_if_ready() if baseline is not None else None
+            if before is None or before is analysis:
+                return Annotation()
+            if before.summary is None or before.diagnosis is None or analysis.summary is None or analysis.diagnosis is None:
+                return Annotation()
             from ..analysis.diff import explain_diff
 
-            explanation = explain_diff(baseline._summary, run._summary, baseline._diagnosis, run._diagnosis)
-            run._explanation = explanation
-            run._baseline = baseline._path
-            return {"baseline": str(baseline._path) if baseline._path is not None else None, "explanation": explanation.to_dict()}
+            explanation = explain_diff(before.summary, analysis.summary, before.diagnosis, analysis.diagnosis)
+            path = baseline.path if baseline is not None and baseline.done else None
+            return Annotation(
+                manifest={"baseline": str(path) if path is not None else None, "explanation": explanation.to_dict()},
+                baseline=path,
+                explanation=explanation,
+            )
 
         return annotate
 
     @staticmethod
-    def annotate_baseline(run: Run) -> dict[str, Any]:
-        call_ns = getattr(run, "_trigger_call_ns", None)
-        return {"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)}
+    def annotate_baseline(capture: Any) -> Callable[[Analysis], Annotation]:
+        def annotate(analysis: Analysis) -> Annotation:
+            call_ns = capture.call_ns
+            return Annotation(manifest={"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)})
+
+        return annotate
 
 
 def _current_span_context() -> Any:
@@ -349,42 +354,51 @@ def wrap_with_trigger(
 
     ``decide`` is the sampling policy's decider (sampling options and arming; with no
     sampling options it chooses only armed calls); ``start`` begins a capture."""
-    from .._worker import busy
-    from .arming import take_stash
+    calls = _TimedCalls(spec, policy, start, new_capture)
+    if not inspect.iscoroutinefunction(target):
+        return _sync_wrapper(calls, func, target, name, policy, decide)
+    wrapper = _async_wrapper(calls, func, decide)
+    wrapper._self_neuronscope_trigger = calls.state  # on the wrapt wrapper itself, for tests and debugging
+    return wrapper
 
-    trig: SlowCalls = spec.trigger
-    state = _TriggerState(trig, policy._calls)
-    counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
-    mask = _REFRESH_MASK
-    while mask > 7 and mask + 1 > trig.min_calls // 2:
-        mask >>= 1
 
-    def refresh() -> None:
+class _TimedCalls:
+    """What the wrapper of one triggered function shares between its calls: the trigger's
+    state, the latency histogram, and how a chosen call's capture begins and ends."""
+
+    def __init__(self, spec: Any, policy: Any, start: Callable[..., Run], new_capture: Callable[[], Any]) -> None:
+        self.trig: SlowCalls = spec.trigger
+        self.state = _TriggerState(self.trig, policy._calls)
+        self.start, self.new_capture, self.chosen = start, new_capture, spec.ranks
+        mask = _REFRESH_MASK
+        while mask > 7 and mask + 1 > self.trig.min_calls // 2:
+            mask >>= 1
+        self.mask = mask
+
+    def refresh(self) -> None:
         # every 64 calls (or fewer, for a small min_calls) until the threshold is known, then
         # every 1024: re-reading the histogram is ~10 us, kept off nearly every call
-        nonlocal mask
-        state.refresh()
-        if state.total >= trig.min_calls:
-            mask = _REFRESH_MASK_SETTLED
-    now = time.perf_counter_ns
-    chosen = spec.ranks
+        self.state.refresh()
+        if self.state.total >= self.trig.min_calls:
+            self.mask = _REFRESH_MASK_SETTLED
 
-    def enabled() -> bool:
-        return _config._settings.enabled and (chosen is None or _ranks.selected(chosen))
+    def enabled(self) -> bool:
+        return _config._settings.enabled and (self.chosen is None or _ranks.selected(self.chosen))
 
-    def begin(claim: tuple[str, Any] | None, stash: Any = None) -> tuple[Any, str | None, Run]:
+    def begin(self, claim: tuple[str, Any] | None, stash: Any = None) -> tuple[Any, str | None, Run]:
         """Start the capture of a call chosen by sampling/arming (``claim`` None) or by the
         trigger (``("slow" | "baseline", pending)``): (capture, kind, run)."""
-        capture = new_capture()
+        capture = self.new_capture()
         if claim is None:
-            return capture, None, (start(capture) if stash is None else start(capture, stash))
+            return capture, None, (self.start(capture) if stash is None else self.start(capture, stash))
         kind, pending = claim
+        state = self.state
         if kind == "slow":
             capture.trigger = pending.trigger
             capture.annotate = state.annotate_triggered(pending.baseline)
         else:
-            capture.annotate = state.annotate_baseline
-        run = start(capture, False)
+            capture.annotate = state.annotate_baseline(capture)
+        run = self.start(capture, False)
         if kind == "slow":
             if run.profiled:
                 _stats.record("triggered")
@@ -394,105 +408,116 @@ def wrap_with_trigger(
             _stats.record("trigger_baselines")
         return capture, kind, run
 
-    def finish(capture: Any, kind: str | None, run: Run, exc: BaseException | None, dt: int) -> None:
+    def finish(self, capture: Any, kind: str | None, run: Run, exc: BaseException | None, dt: int) -> None:
+        call_ns = 1 << 62 if exc is not None else dt  # a failing call is no baseline
+        capture.call_ns = call_ns  # before end(): the output worker reads it for the manifest
         capture.end(exc)
         if kind == "baseline":
-            state.baseline_done(run, 1 << 62 if exc is not None else dt)  # a failing call is no baseline
+            self.state.baseline_done(run, call_ns)
 
-    def profiled(wrapped: Any, args: Any, kwargs: Any, claim: tuple[str, Any] | None) -> Any:
+    def profiled(self, wrapped: Any, args: Any, kwargs: Any, claim: tuple[str, Any] | None, stash: Any = None) -> Any:
         """A call profiled because sampling/arming chose it, or because the trigger did."""
-        capture, kind, run = begin(claim)
-        t0 = now()
+        capture, kind, run = self.begin(claim, stash)
+        t0 = time.perf_counter_ns()
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
-            finish(capture, kind, run, exc, 0)
+            self.finish(capture, kind, run, exc, 0)
             raise
-        finish(capture, kind, run, None, now() - t0)
+        self.finish(capture, kind, run, None, time.perf_counter_ns() - t0)
         return result
 
-    def observe(dt: int, args: Any, kwargs: Any) -> None:
+    def observe(self, dt: int, args: Any, kwargs: Any) -> None:
+        """One unprofiled call's wall time into the histogram (and the slow-call check)."""
+        from .._worker import busy
+
         if busy[0]:
             return  # our own background work ran meanwhile: not the service's latency
+        if dt > self.state.threshold[0]:
+            self.state.slow(dt, args, kwargs)
+        b = (dt | 16).bit_length()
+        self.state.counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
+        if not self.state.timed.__next__() & self.mask:
+            self.refresh()
+
+
+def _async_wrapper(calls: _TimedCalls, func: Any, decide: Callable[[], bool]) -> Any:
+    from .arming import take_stash
+
+    now, state = time.perf_counter_ns, calls.state
+
+    async def timed_call(wrapped: Any, args: Any, kwargs: Any) -> Any:
+        t0 = now()
+        result = await wrapped(*args, **kwargs)
+        calls.observe(now() - t0, args, kwargs)
+        return result
+
+    async def profiled_async(wrapped: Any, args: Any, kwargs: Any, claim: Any, stash: Any = False) -> Any:
+        capture, kind, run = calls.begin(claim, stash if claim is None else None)
+        t0 = now()
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            calls.finish(capture, kind, run, exc, 0)
+            raise
+        calls.finish(capture, kind, run, None, now() - t0)
+        return result
+
+    @wrapt.decorator
+    def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if decide():  # the arming decision is taken now, not when the coroutine first runs
+            return profiled_async(wrapped, args, kwargs, None, take_stash() or False)
+        if state.want[0]:
+            claim = state.claim(args, kwargs, calls.enabled)
+            if claim is not None:
+                return profiled_async(wrapped, args, kwargs, claim)
+        return timed_call(wrapped, args, kwargs)
+
+    return async_wrapper(func)
+
+
+def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy: Any, decide: Callable[[], bool]) -> Any:
+    import functools
+
+    from .._worker import busy
+    from .arming import attend
+    from .sampling import attention
+
+    # A plain closure, not wrapt: a wrapt wrapper that always runs Python costs ~0.5 us a
+    # call by itself, a closure ~0.08 us (bench/bench_trigger_overhead.py). The hot path
+    # reads locals only; the histogram's refresh mask is the one attribute it reads.
+    state, enabled, profiled = calls.state, calls.enabled, calls.profiled
+    counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
+    trivial = policy.trivial
+    next_call, yes = policy._calls.__next__, policy._yes
+    now, wrapped = time.perf_counter_ns, target
+
+    @functools.wraps(target)
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        if trivial:  # no sampling options (the usual case): the decider's work, inlined
+            next_call()
+            if attention[0] and enabled() and attend(name):
+                yes()
+                return profiled(wrapped, args, kwargs, None)
+        elif decide():
+            return profiled(wrapped, args, kwargs, None)
+        if want[0]:
+            claim = state.claim(args, kwargs, enabled)
+            if claim is not None:
+                return profiled(wrapped, args, kwargs, claim)
+        t0 = now()
+        result = wrapped(*args, **kwargs)
+        dt = now() - t0
+        if busy[0]:
+            return result  # our own background work ran meanwhile: not the service's latency
         if dt > threshold[0]:
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
         counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
-        if not timed() & mask:
-            refresh()
+        if not timed() & calls.mask:
+            calls.refresh()
+        return result
 
-    if inspect.iscoroutinefunction(target):
-
-        async def timed_call(wrapped: Any, args: Any, kwargs: Any) -> Any:
-            t0 = now()
-            result = await wrapped(*args, **kwargs)
-            observe(now() - t0, args, kwargs)
-            return result
-
-        async def profiled_async(wrapped: Any, args: Any, kwargs: Any, claim: Any, stash: Any = False) -> Any:
-            capture, kind, run = begin(claim, stash if claim is None else None)
-            t0 = now()
-            try:
-                result = await wrapped(*args, **kwargs)
-            except BaseException as exc:
-                finish(capture, kind, run, exc, 0)
-                raise
-            finish(capture, kind, run, None, now() - t0)
-            return result
-
-        @wrapt.decorator
-        def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            if decide():  # the arming decision is taken now, not when the coroutine first runs
-                return profiled_async(wrapped, args, kwargs, None, take_stash() or False)
-            if want[0]:
-                claim = state.claim(args, kwargs, enabled)
-                if claim is not None:
-                    return profiled_async(wrapped, args, kwargs, claim)
-            return timed_call(wrapped, args, kwargs)
-
-        wrapper = async_wrapper(func)
-    else:
-
-        import functools
-
-        from .arming import attend
-        from .sampling import attention
-
-        # A plain closure, not wrapt: a wrapt wrapper that always runs Python costs ~0.5 us a
-        # call by itself, a closure ~0.08 us (bench/bench_trigger_overhead.py).
-        trivial = policy.trivial
-        next_call, yes = policy._calls.__next__, policy._yes
-        wrapped = target
-
-        @functools.wraps(target)
-        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if trivial:  # no sampling options (the usual case): the decider's work, inlined
-                next_call()
-                if attention[0] and enabled() and attend(name):
-                    yes()
-                    return profiled(wrapped, args, kwargs, None)
-            elif decide():
-                return profiled(wrapped, args, kwargs, None)
-            if want[0]:
-                claim = state.claim(args, kwargs, enabled)
-                if claim is not None:
-                    return profiled(wrapped, args, kwargs, claim)
-            t0 = now()
-            result = wrapped(*args, **kwargs)
-            dt = now() - t0
-            if busy[0]:
-                return result  # our own background work ran meanwhile: not the service's latency
-            if dt > threshold[0]:
-                state.slow(dt, args, kwargs)
-            b = (dt | 16).bit_length()
-            counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
-            if not timed() & mask:
-                refresh()
-            return result
-
-        wrapper = type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper
-        sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
-        return wrapper
-    wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - on the wrapper itself (wrapt), for tests and debugging
-    return wrapper
+    sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
+    return type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper
 

@@ -56,11 +56,11 @@ def filter_usdt(data: bytes) -> bytes:
 
 def suppressing() -> bool:
     """Whether neuronscope drops the lines now (``keep_usdt_lines`` / ``NEURONSCOPE_KEEP_USDT``)."""
-    from .. import _config
+    from .. import _config, _env
 
     keep = _config.current().keep_usdt_lines
     if keep is None:
-        keep = _config._env_flag("NEURONSCOPE_KEEP_USDT")
+        keep = _env.KEEP_USDT.get(lenient=True)  # read at each start and stop: never raise there
     return not keep
 
 

@@ -40,7 +40,9 @@ def _one_line(text: str) -> str:
 
 
 def _env_debug() -> bool:
-    return os.environ.get("NEURONSCOPE_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+    from .. import _env
+
+    return bool(_env.DEBUG.get(lenient=True))  # read while reporting an error: never raise there
 
 
 class NeuronscopeGroup(click.Group):

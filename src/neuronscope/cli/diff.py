@@ -32,7 +32,7 @@ from ._group import EXIT_FAILURE, cli
     help="Also gate this op's self device time (repeatable; needs --fail-if-slower). A new op counts as slower.",
 )
 def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: float | None, ops: tuple[str, ...]) -> int:
-    """Compare two profiles: A (baseline) and B (candidate), run directories or traces.
+    """Compare two profiles: A (baseline) and B (candidate), run directories or traces (as for show).
 
     Ops are matched by name and sorted by how much their self device time changed; a
     positive change means B is slower. Percentages are relative to A.

@@ -18,12 +18,11 @@ def export(path: str, otlp_endpoint: str | None, op_spans: str | None, service_n
     For profiles captured where no collector was reachable. The protocol follows
     OTEL_EXPORTER_OTLP_PROTOCOL (grpc | http/protobuf); headers OTEL_EXPORTER_OTLP_HEADERS.
     """
-    import os
-
     import neuronscope as ns
+    from neuronscope import _env
 
     if otlp_endpoint is None and not (
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        _env.env_str("OTEL_EXPORTER_OTLP_ENDPOINT", None) or _env.env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
     ):
         raise click.UsageError("no OTLP endpoint: pass --otlp-endpoint URL or set OTEL_EXPORTER_OTLP_ENDPOINT")
     changes: dict[str, object] = {"exporter": "otlp", "otlp_endpoint": otlp_endpoint}

@@ -43,12 +43,14 @@ def ranks(
     JSON output (--json), schema_version 1; times in microseconds, per step (median):
       {
         "schema_version": 1, "job_id": str|null, "name": str, "world_size": int|null,
-        "ranks": [{"rank": int, "host": str, "local_rank": int|null, "path": str,
-                   "runs": int, "steps": int, "step_p50_us": float, "step_max_us": float,
-                   "device_busy_pct": float, "collective_us": float, "exposed_us": float,
-                   "collective_wait_us": float, "compute_us": float, "host_us": float,
-                   "data_us": float, "compile_us": float, "late_us": float,
-                   "last_arrival_pct": float, "clock_offset_us": float|null}, ...],
+        "ranks": [{"rank": int,          # then the table's columns, in the table's order:
+                   "step_p50_us": float, "device_busy_pct": float, "collective_us": float,
+                   "exposed_us": float, "collective_wait_us": float, "compute_us": float,
+                   "host_us": float, "data_us": float, "compile_us": float,
+                   "late_us": float, "last_arrival_pct": float,
+                   "clock_offset_us": float|null, "host": str|null,
+                   "local_rank": int|null, "path": str, "runs": int, "steps": int,
+                   "step_max_us": float}, ...],
         "straggler": null | {"rank": int, "late_us": float, "late_pct_of_step": float,
                    "last_share_pct": float, "cause": "compute"|"host"|"data"|"compile"|
                    "collective_wait"|"unknown", "cause_us": float,
@@ -64,11 +66,12 @@ def ranks(
       }
     New keys may be added within a schema_version; existing ones keep their meaning.
     """
+    from .._paths import resolve
     from ..api import compare_ranks
 
     jobs = jobs or os.cpu_count() or 1
-    if jobs > 1 and len(paths) == 1 and Path(paths[0]).is_file():
-        jobs = 1  # one file: nothing to spread
+    if jobs > 1 and len(paths) == 1 and resolve(paths[0], ranks=True).kind in ("trace", "run"):
+        jobs = 1  # one profile: nothing to spread
     if jobs == 1:
         comparison = compare_ranks(list(paths), name=name, skip_bad=skip_bad)
     else:

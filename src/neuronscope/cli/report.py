@@ -26,19 +26,23 @@ from ._group import Failure, cli
 def report(path: str, path_b: str | None, output: str, title: str | None, top: int) -> None:
     """Write a self-contained HTML report of a run (or of A vs B, given two).
 
-    PATH and PATH_B are run directories or Kineto trace.json(.gz) files. The page needs
-    no network: per-op bar chart of self device time, the op table, the region breakdown,
-    a timeline of device activity, the run metadata and links to the raw files (relative
-    to the report, so keep them side by side). With PATH_B it opens with the diff A → B.
-    PATH may also be the job directory of a torchrun job (holding rank0/, rank1/...): the
-    page then shows one lane per rank, the straggler and the per-rank table.
+    PATH and PATH_B are run directories, Kineto trace.json(.gz) files or directories holding
+    one trace (as for show). The page needs no network: per-op bar chart of self device
+    time, the op table, the region breakdown, a timeline of device activity, the run
+    metadata and links to the raw files (relative to the report, so keep them side by
+    side). With PATH_B it opens with the diff A → B.
+    PATH may also be the job directory of a torchrun job (holding rank0/, rank1/...), or an
+    output directory holding one: the page then shows one lane per rank, the straggler and
+    the per-rank table.
     """
+    from .._paths import resolve
     from ..report.html import write_html
 
-    if path_b is None and _is_job_dir(Path(path)):  # a torchrun job: the per-rank lane view
+    where = resolve(path)
+    if path_b is None and where.kind == "job":  # a torchrun job: the per-rank lane view
         from ..api import compare_ranks
 
-        a = compare_ranks(path)
+        a = compare_ranks(where.path)
     else:
         a = load_source(path)
     b = load_source(path_b) if path_b is not None else None
@@ -52,11 +56,3 @@ def report(path: str, path_b: str | None, output: str, title: str | None, top: i
     size = written.stat().st_size
     click.echo(f"wrote {written} ({size / 1e3:,.1f} kB)", err=True)
 
-
-def _is_job_dir(p: Path) -> bool:
-    """A job directory of a torchrun job: rank0/, rank1/... of run directories."""
-    import re
-
-    return p.is_dir() and not (p / "manifest.json").exists() and any(
-        c.is_dir() and re.match(r"^rank\d+$", c.name) for c in p.iterdir()
-    )

@@ -19,8 +19,9 @@ from ._group import cli
 def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None:
     """Show where device time went, per op, in a run directory or Kineto trace.
 
-    PATH is a neuronscope run directory (holding manifest.json), a directory holding one
-    trace.json(.gz), or any Kineto trace.json / trace.json.gz (TensorBoard, TorchNeuron).
+    PATH is a neuronscope run directory (holding manifest.json), any Kineto trace.json /
+    trace.json.gz (TensorBoard, TorchNeuron), or a directory holding one such trace (e.g.
+    TensorBoard's <host>_<pid>.<n>.pt.trace.json); ns.diagnose(PATH) takes the same.
 
     \b
     JSON output (--json), schema_version 1; times in microseconds:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from ..analysis.ranks import RANK_COLUMNS, RANK_HEADER, rank_label
+from ..analysis.text import format_us
 from ._assets import CSS, JS
 from .charts import time_axis_ticks
-from ..analysis.text import format_us
 
 __all__ = ["render_ranks_html", "write_ranks_html"]
 
@@ -95,33 +96,26 @@ def _lanes(c: Any) -> str:
 
 
 def _rank_table(c: Any) -> str:
-    cols = (
-        ("step p50", "step_p50_us"), ("busy %", "device_busy_pct"), ("collective", "collective_us"),
-        ("exposed", "exposed_us"), ("wait", "collective_wait_us"), ("compute", "compute_us"), ("host", "host_us"), ("data", "data_us"),
-        ("compile", "compile_us"), ("late", "late_us"), ("last at", "last_arrival_pct"), ("clock", "clock_offset_us"),
-    )
-    head = "".join(f"<th>{_e(h)}</th>" for h, _ in cols)
+    def th(header: str, text: bool) -> str:
+        return f'<th class="text">{_e(header)}</th>' if text else f"<th>{_e(header)}</th>"
+
+    head = th(RANK_HEADER, True) + "".join(th(col.header, col.unit == "text") for col in RANK_COLUMNS)
     rows = []
     for r in c.ranks:
         cells = []
-        for _, attr in cols:
-            v = getattr(r, attr)
-            if v is None:
-                cells.append("<td>-</td>")
-            elif attr.endswith("_pct"):
-                cells.append(f'<td data-v="{v}">{v:.1f}%</td>')
-            elif attr in ("late_us", "clock_offset_us"):
-                sign = "+" if v > 0 else "-" if v < 0 else ""
-                cells.append(f'<td data-v="{v}">{sign}{_e(format_us(abs(v)))}</td>')
-            else:
-                cells.append(f'<td data-v="{v}">{_e(format_us(v))}</td>')
-        star = " ★" if c.straggler is not None and c.straggler.rank == r.rank else ""
-        rows.append(f'<tr data-rank="{r.rank}"><td class="text">rank {r.rank}{star} <span class="note">{_e(r.host or "")}</span></td>{"".join(cells)}</tr>')
+        for col in RANK_COLUMNS:
+            v = col.value(r)
+            if col.unit == "text" or v is None:
+                cells.append(f'<td class="text">{_e(col.text(r))}</td>')
+            else:  # data-v: the number the sortable table sorts by
+                cells.append(f'<td data-v="{v}">{_e(col.text(r))}</td>')
+        rows.append(f'<tr data-rank="{r.rank}"><td class="text">{_e(rank_label(c, r))}</td>{"".join(cells)}</tr>')
     return (
-        f'<table class="ranks sortable"><thead><tr><th class="text">rank</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-        '<p class="note">Per step, median over the steps. collective: time inside collectives, of which wait: waiting for the '
-        "last rank. compute / host / data / compile: the time outside collectives. late: arrival at the collectives after "
-        "the other ranks' median.</p>"
+        f'<table class="ranks sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        '<p class="note">Per step, median over the steps. Collective: time inside collectives, of which Exposed: with no '
+        "compute beside it, and Wait: waiting for the last rank. Compute / Host / Data / Compile: the time outside "
+        "collectives. Late: arrival at the collectives after the other ranks' median. Last %: share of the collectives "
+        "it arrived at last. Clock: its clock offset from the lowest rank.</p>"
     )
 
 
@@ -136,7 +130,7 @@ def _step_table(c: Any, limit: int = 200) -> str:
         rows.append(f'<tr data-step="{_e(st.key)}"><td class="text">{_e(st.key)}</td>{cells}<td>{st.last_rank}</td></tr>')
     more = f'<p class="note">first {limit} of {len(c.steps)} steps</p>' if len(c.steps) > limit else ""
     return (
-        f'<table class="rank-steps sortable"><thead><tr><th class="text">step</th>{head}<th>last</th></tr></thead>'
+        f'<table class="rank-steps sortable"><thead><tr><th class="text">Step</th>{head}<th>Last</th></tr></thead>'
         f'<tbody>{"".join(rows)}</tbody></table>{more}'
     )
 

@@ -1,6 +1,7 @@
 """What a report describes: a run directory, a Kineto trace file, or an in-memory Run/Summary.
 
-:func:`open_source` turns a path the user typed into a :class:`Source`; :func:`as_source`
+:func:`open_source` turns a path the user typed into a :class:`Source` (what the path holds is
+decided by :mod:`neuronscope._paths`, as for every command and ``ns.diagnose``); :func:`as_source`
 also accepts the objects the Python API hands out. Every failure is a
 :class:`~neuronscope.TraceLoadError` whose message names the path and says what to pass.
 """
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import TraceLoadError
+from .._paths import resolve_profile, trace_files_in
+from ..errors import ConfigurationError, TraceLoadError
 
 if TYPE_CHECKING:
     from .._run import Run
@@ -21,9 +23,6 @@ if TYPE_CHECKING:
     from ..trace.model import Trace
 
 __all__ = ["Source", "as_source", "find_trace_file", "open_source"]
-
-_TRACE_SUFFIXES = (".json", ".json.gz")
-_WHAT_TO_PASS = "pass a run directory (holding manifest.json) or a Kineto trace.json(.gz)"
 
 
 @dataclass
@@ -101,37 +100,24 @@ class Source:
 
 
 def find_trace_file(directory: Path) -> Path | None:
-    """``trace.json.gz``/``trace.json`` in ``directory``, else its only ``*.json(.gz)`` file
-    that looks like a trace (TensorBoard's ``<host>_<pid>.<n>.pt.trace.json``)."""
-    for name in ("trace.json.gz", "trace.json"):
-        if (directory / name).is_file():
-            return directory / name
-    candidates = [
-        p
-        for p in directory.iterdir()
-        if p.is_file() and "trace" in p.name and p.name.endswith(_TRACE_SUFFIXES)
-    ]
-    return candidates[0] if len(candidates) == 1 else None
+    """The one Kineto trace ``directory`` holds (see :func:`neuronscope._paths.trace_files_in`), else None."""
+    found = trace_files_in(directory)
+    return found[0] if len(found) == 1 else None
 
 
 def open_source(path: str | os.PathLike[str]) -> Source:
-    """Load a run directory or a trace file (what ``neuronscope show PATH`` accepts)."""
+    """Load a run directory or a trace file, or the one trace a directory holds (what
+    ``neuronscope show PATH`` and ``ns.diagnose(PATH)`` accept: :func:`neuronscope._paths.resolve_profile`)."""
     from ..sinks.rundir import load_run
 
-    p = Path(path)
-    if not p.exists():
-        raise TraceLoadError(f"{p}: no such file or directory; {_WHAT_TO_PASS}")
-    if p.is_dir() and (p / "manifest.json").is_file():
-        return _from_run(load_run(p))
-    if p.is_dir():
-        found = find_trace_file(p)
-        if found is None:
-            raise TraceLoadError(f"{p}: directory holds no manifest.json and no single trace.json(.gz); {_WHAT_TO_PASS}")
-        p = found
+    where = resolve_profile(path)
+    if where.kind == "run":
+        return _from_run(load_run(where.path))
     # only a raw trace needs the trace model (numpy); a run directory's summary is JSON
     from ..analysis.summary import summarize
     from ..trace.chrome import load_trace
 
+    p = where.path
     trace = load_trace(p)
     return Source(label=p.name, kind="trace", summary=summarize(trace), path=p, manifest=dict(trace.metadata), _trace=trace)
 
@@ -154,8 +140,8 @@ def _from_run(run: Run) -> Source:
         path=run.path,
         manifest=dict(run.manifest),
         _trace_loader=load,
-        _diagnosis=run._diagnosis,
-        _memory=run._memory,
+        _diagnosis=run.diagnosis,
+        _memory=run.memory,
         _memory_tried=True,  # a run's memory report is the saved one (or none)
     )
 
@@ -176,4 +162,4 @@ def as_source(obj: Any) -> Source:
         return Source(label="trace", kind="memory", summary=summarize(obj), manifest=dict(obj.metadata), _trace=obj)
     if isinstance(obj, (str, os.PathLike)):
         return open_source(obj)
-    raise TypeError(f"expected a Run, Summary, Trace or path, not {type(obj).__name__}")
+    raise ConfigurationError(f"expected a Run, Summary, Trace or path, not {type(obj).__name__}")

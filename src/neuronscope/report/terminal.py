@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.text import compile_footer, device_cells, format_us, split_compile_rows
+from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ..analysis.diff import Delta, SummaryDiff
@@ -80,7 +81,7 @@ def sort_rows(rows: Sequence[OpStats], sort: str) -> list[OpStats]:
     try:
         key, descending = SORT_KEYS[sort]
     except KeyError:
-        raise ValueError(f"sort={sort!r}: use one of {', '.join(SORT_KEYS)}") from None
+        raise ConfigurationError(f"sort={sort!r}: use one of {', '.join(SORT_KEYS)}") from None
     by_name = sorted(rows, key=lambda r: r.name)
     return sorted(by_name, key=key, reverse=descending)  # stable: ties stay by name
 
@@ -338,6 +339,8 @@ def _region_diff(diff: SummaryDiff, console: Console, arrow: str) -> RenderableT
 
 def ranks_renderable(comparison: Any, console: Console, *, steps: bool = False, max_steps: int = 50) -> RenderableType:
     """``neuronscope ranks``: the verdict lines, one row per rank, and optionally one per step."""
+    from ..analysis.ranks import RANK_COLUMNS, RANK_HEADER, rank_label
+
     c = comparison
     head = Text()
     for i, line in enumerate(c.headline()):
@@ -348,21 +351,12 @@ def ranks_renderable(comparison: Any, console: Console, *, steps: bool = False, 
     for w in c.warnings:
         head.append(f"\n  warning: {w}", style="yellow")
     rows = c.ranks
-    strag = c.straggler.rank if c.straggler is not None else None
-    names = [f"rank {r.rank}" + (" *" if r.rank == strag else "") for r in rows]
+    names = [rank_label(c, r) for r in rows]
     cols = [
-        _Col("Step p50", 1, [format_us(r.step_p50_us) for r in rows]),
-        _Col("Busy %", 2, [f"{r.device_busy_pct:.1f}" for r in rows]),
-        _Col("Collective", 1, [format_us(r.collective_us) for r in rows]),
-        _Col("Wait", 1, [format_us(r.collective_wait_us) for r in rows]),
-        _Col("Compute", 3, [format_us(r.compute_us) for r in rows]),
-        _Col("Host", 3, [format_us(r.host_us) for r in rows]),
-        _Col("Data", 4, [format_us(r.data_us) for r in rows]),
-        _Col("Late", 1, [_signed_us(r.late_us) for r in rows]),
-        _Col("Clock", 5, ["-" if r.clock_offset_us is None else _signed_us(r.clock_offset_us) for r in rows]),
-        _Col("Host name", 6, [r.host or "-" for r in rows], justify="left"),
+        _Col(col.header, col.priority, [col.text(r) for r in rows], justify="left" if col.unit == "text" else "right")
+        for col in RANK_COLUMNS
     ]
-    parts: list[RenderableType] = [head, Text(""), _build_table(console, "Rank", names, cols)]
+    parts: list[RenderableType] = [head, Text(""), _build_table(console, RANK_HEADER, names, cols)]
     parts.append(Text("per step, median over steps; Late: arrival at collectives after the other ranks' median", style="dim"))
     if steps and c.steps:
         shown = c.steps[:max_steps]

@@ -17,7 +17,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from ..analysis.ranks import _RANK_DIR, RANK_FILE, RankRun, rank_profile
+from .._paths import RANK_DIR, resolve, run_trace_file
+from ..analysis.ranks import RANK_FILE, RankRun, rank_profile
 from ..errors import TraceLoadError
 
 __all__ = ["discover", "read_rank_run", "read_rank_runs"]
@@ -84,7 +85,7 @@ def _read_json(path: Path) -> Any:
 
 def _rank_of_dir(path: Path) -> int | None:
     for part in (path.parent.name, path.name):
-        m = _RANK_DIR.match(part)
+        m = RANK_DIR.match(part)
         if m:
             return int(m.group(1))
     return None
@@ -104,12 +105,13 @@ def _load_run_dir(path: Path) -> RankRun:
         )
     dist = manifest.get("distributed") if isinstance(manifest.get("distributed"), dict) else {}
     profile = None
+    trace = run_trace_file(path)
     if (path / RANK_FILE).is_file():
         profile = _read_json(path / RANK_FILE)
-    elif (path / "trace.json.gz").is_file() or (path / "trace.json").is_file():
+    elif trace is not None:
         from ..trace.chrome import load_trace
 
-        profile = rank_profile(load_trace(path, device=manifest.get("device")))
+        profile = rank_profile(load_trace(trace, device=manifest.get("device")))
     busy = manifest.get("device_busy_pct")
     if busy is None and profile is not None:
         busy = profile.get("device_busy_pct")
@@ -150,48 +152,14 @@ def _load_trace_file(path: Path) -> RankRun:
     )
 
 
-def _is_trace_file(p: Path) -> bool:
-    return p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")) and p.name != "manifest.json"
-
-
-def _run_dirs(d: Path) -> list[Path]:
-    return sorted(c for c in d.iterdir() if c.is_dir() and (c / "manifest.json").is_file())
-
-
 def discover(paths: Sequence[Path]) -> list[tuple[Path, Path | None]]:
-    """(run directory or trace file, the rank directory it is in) for every path given."""
+    """(run directory or trace file, the rank directory it is in) for every path given: what
+    :func:`neuronscope._paths.resolve` finds there (the errors name the path)."""
     found: list[tuple[Path, Path | None]] = []
     for p in paths:
-        if not p.exists():
-            raise TraceLoadError(f"{p}: no such file or directory")
-        if p.is_file():
-            found.append((p, None))
-            continue
-        if (p / "manifest.json").is_file():
-            found.append((p, None))
-            continue
-        rank_dirs = sorted(c for c in p.iterdir() if c.is_dir() and _RANK_DIR.match(c.name))
-        if rank_dirs:  # a job directory
-            for rd in rank_dirs:
-                found.extend((run, rd) for run in _run_dirs(rd))
-            continue
-        jobs = sorted(c for c in p.iterdir() if c.is_dir() and any(_RANK_DIR.match(g.name) for g in c.iterdir() if g.is_dir()))
-        if len(jobs) == 1:
-            found.extend(discover([jobs[0]]))
-            continue
-        if len(jobs) > 1:
-            names = ", ".join(j.name for j in jobs[:8])
-            raise TraceLoadError(f"{p} holds {len(jobs)} jobs ({names}); pass one of them, e.g. {jobs[-1]}")
-        runs = _run_dirs(p)
-        if runs:
-            found.extend((run, p) for run in runs)
-            continue
-        traces = sorted(c for c in p.iterdir() if _is_trace_file(c))
-        if traces:
-            found.extend((t, None) for t in traces)
-            continue
-        raise TraceLoadError(
-            f"{p}: no runs found; pass a job directory (<output_dir>/<job id>, holding rank0/, rank1/...), "
-            "run directories, or one Kineto trace per rank"
-        )
+        where = resolve(p, ranks=True)
+        if where.kind in ("runs", "job"):  # run directories found in a rank (or output) directory
+            found.extend((run, run.parent) for run in where.members)
+        else:
+            found.extend((member, None) for member in where.members)
     return found

@@ -21,12 +21,23 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import TraceLoadError
 
-__all__ = ["MANIFEST_SCHEMA_VERSION", "create_run_dir", "load_run", "write_json", "write_trace", "write_trace_model"]
+__all__ = [
+    "MANIFEST_SCHEMA_VERSION",
+    "RUN_DIRECTORY",
+    "RunDirectoryOptions",
+    "RunDirectorySink",
+    "create_run_dir",
+    "load_run",
+    "write_json",
+    "write_trace",
+    "write_trace_model",
+]
 
 MANIFEST_SCHEMA_VERSION = 1
 _counter = itertools.count(1)
@@ -218,10 +229,11 @@ def files_of(path: Path) -> list[dict[str, Any]]:
     ]
 
 
-def load_run(path: str | os.PathLike[str]):
+def load_run(path: str | os.PathLike[str]) -> Any:
     """Load a saved run directory as a completed :class:`~neuronscope.Run`."""
     from .._run import Run, RunStatus
     from ..analysis.summary import Summary
+    from ..result import Analysis, CaptureFacts, RunResult
 
     p = Path(path)
     manifest_file = p / "manifest.json"
@@ -233,57 +245,138 @@ def load_run(path: str | os.PathLike[str]):
         raise TraceLoadError(f"{manifest_file}: unreadable manifest: {exc}") from exc
     if not isinstance(manifest, dict) or "schema_version" not in manifest:
         raise TraceLoadError(f"{manifest_file}: not a neuronscope manifest (no schema_version)")
-    run = Run(str(manifest.get("name", p.name)), str(manifest.get("device", "cpu")))
-    run.manifest = manifest
-    run.start_ns = int(manifest.get("start_ns", 0))
-    run.end_ns = int(manifest.get("end_ns", 0))
-    run.error = manifest.get("error")
-    run.error_message = manifest.get("error_message")
-    run.warnings = list(manifest.get("warnings", []))
-    run._path = p
-    _load_trigger(run, manifest)
+    device = str(manifest.get("device", "cpu"))
+    warnings = list(manifest.get("warnings", []))
+    trigger, annotation = _load_trigger(manifest, warnings)
+    summary = diagnosis = memory = trace = None
     summary_file = p / "summary.json"
     if summary_file.is_file():
         try:
             data = json.loads(summary_file.read_text(encoding="utf-8"))
-            run._summary = Summary.from_dict(data)
+            summary = Summary.from_dict(data)
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise TraceLoadError(f"{summary_file}: unreadable summary: {exc!r}") from exc
         if isinstance(data.get("memory"), dict):
             from ..analysis.memory_model import MemoryReport
 
             try:
-                run._memory = MemoryReport.from_dict(data["memory"])
+                memory = MemoryReport.from_dict(data["memory"])
             except (ValueError, TypeError, KeyError) as exc:
-                run.warnings.append(f"unreadable memory report in {summary_file}: {exc!r}")
+                warnings.append(f"unreadable memory report in {summary_file}: {exc!r}")
         if isinstance(data.get("diagnosis"), dict):
             from ..analysis.diagnosis.model import Diagnosis
 
             try:
-                run._diagnosis = Diagnosis.from_dict(data["diagnosis"])
+                diagnosis = Diagnosis.from_dict(data["diagnosis"])
             except (ValueError, TypeError, KeyError) as exc:  # an older or damaged diagnosis: recomputed on demand
-                run.warnings.append(f"unreadable diagnosis in {summary_file}: {exc!r}")
+                warnings.append(f"unreadable diagnosis in {summary_file}: {exc!r}")
     elif (p / "trace.json.gz").is_file() or (p / "trace.json").is_file():
         from ..analysis.summary import summarize
         from ..trace.chrome import load_trace
 
-        run._trace = load_trace(p, device=run.device)
-        run._summary = summarize(run._trace)
-    run._finish(manifest.get("status", RunStatus.COMPLETE))
-    return run
+        trace = load_trace(p, device=device)
+        summary = summarize(trace)
+    rank = _read_json(p / "rank.json")
+    result = RunResult(
+        name=str(manifest.get("name", p.name)),
+        device=device,
+        status=str(manifest.get("status", RunStatus.COMPLETE)),
+        start_ns=int(manifest.get("start_ns", 0)),
+        end_ns=int(manifest.get("end_ns", 0)),
+        error=manifest.get("error"),
+        error_message=manifest.get("error_message"),
+        warnings=tuple(warnings),
+        analysis=Analysis(trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank,
+                          warnings=tuple(warnings)),
+        capture=CaptureFacts(trigger=trigger),
+        manifest=manifest,
+        path=p,
+        annotation=annotation,
+    )
+    return Run.from_result(result)
 
 
-def _load_trigger(run: Any, manifest: dict[str, Any]) -> None:
-    """``trigger`` / ``baseline`` / ``explanation`` of a run captured on demand (issue 18)."""
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _load_trigger(manifest: dict[str, Any], warnings: list[str]) -> tuple[Any, Any]:
+    """(trigger, Annotation) of a run captured on demand (issue 18)."""
+    from ..result import Annotation
+
     if not isinstance(manifest.get("trigger"), dict):
-        return
+        return None, Annotation()
     from .._trigger import Trigger, explanation_from_dict
 
     try:
-        run.trigger = Trigger.from_dict(manifest["trigger"])
-        if isinstance(manifest.get("baseline"), str):
-            run._baseline = Path(manifest["baseline"])
-        if isinstance(manifest.get("explanation"), dict):
-            run._explanation = explanation_from_dict(manifest["explanation"])
+        trigger = Trigger.from_dict(manifest["trigger"])
+        baseline = Path(manifest["baseline"]) if isinstance(manifest.get("baseline"), str) else None
+        explanation = explanation_from_dict(manifest["explanation"]) if isinstance(manifest.get("explanation"), dict) else None
+        return trigger, Annotation(baseline=baseline, explanation=explanation)
     except (ValueError, TypeError, KeyError) as exc:  # a damaged entry must not make the run unreadable
-        run.warnings.append(f"unreadable trigger in the manifest: {exc!r}")
+        warnings.append(f"unreadable trigger in the manifest: {exc!r}")
+        return None, Annotation()
+
+
+@dataclass(frozen=True)
+class RunDirectoryOptions:
+    """How the output stage asks for a capture's files (beyond what the result holds)."""
+
+    save_trace: bool = True
+    trace_metadata: dict[str, Any] = field(default_factory=dict)  #: rank, job, ... for the trace's metadata
+    memory: str | None = None  #: the memory stage's mode: the device may add its memory files
+    backend: Any = None  #: the DeviceBackend, for its memory files
+
+
+class RunDirectorySink:
+    """summary.json (with the diagnosis and memory report), rank.json, trace.json.gz and the
+    device's memory files, in the run directory the output stage made. Raises ``OSError``
+    when the directory cannot be written: the run then completes without a path."""
+
+    name = "run directory"
+
+    def export(self, result: Any) -> dict[str, Any]:
+        """Write ``result``'s files from its trace model (a result read back, or re-exported)."""
+        return self.write(result, [], RunDirectoryOptions())
+
+    def write(self, result: Any, segments: list[Any], options: RunDirectoryOptions) -> dict[str, Any]:
+        """Write the files of a run just captured; ``segments``: its Kineto results, written
+        as they are when there is one (faster than from the model). Returns manifest fields."""
+        run_dir: Path = result.path
+        summary = result.summary.to_dict() if result.summary is not None else {}
+        if result.diagnosis is not None:
+            summary["diagnosis"] = result.diagnosis.to_dict()
+        if result.memory is not None:
+            summary["memory"] = result.memory.to_dict()
+        write_json(run_dir / "summary.json", summary)
+        rank = result.analysis.rank_profile if result.analysis is not None else None
+        if rank is not None:
+            from ..analysis.ranks import RANK_FILE
+
+            write_json(run_dir / RANK_FILE, dict(rank))
+        if options.save_trace and result.trace is not None:
+            meta: dict[str, Any] = {"neuronscope_device": result.device}
+            if options.trace_metadata:
+                meta["neuronscope"] = dict(options.trace_metadata)
+            single = len(segments) == 1 and segments[0].trace is result.trace and segments[0].results is not None
+            if single:
+                write_trace(segments[0].results, run_dir / "trace.json.gz", meta, saved=segments[0].saved_json)
+            else:  # several segments (a capture that nested others), or a result read back: from the model
+                write_trace_model(result.trace, run_dir / "trace.json.gz", meta)
+        added: dict[str, Any] = {}
+        if options.memory and options.backend is not None and result.memory is not None:
+            added.update(options.backend.write_memory_files(run_dir, options.memory))
+        return added
+
+    def force_flush(self, timeout_s: float | None) -> bool:
+        return True  # every write is done when export returns
+
+    def shutdown(self) -> None:
+        pass
+
+
+#: the one run-directory sink (stateless)
+RUN_DIRECTORY = RunDirectorySink()

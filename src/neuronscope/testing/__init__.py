@@ -166,6 +166,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .. import _env
+from ..errors import ConfigurationError
+
 __all__ = ["install_emulated_neuron", "install_fake_neuron_explorer", "EmulatedNeuron", "EMULATED_INSTANCE_ID", "default_build_dir"]
 
 #: The fake EC2 instance id used in raw-file paths.
@@ -186,9 +189,9 @@ def default_build_dir() -> Path:
     ``$NEURONSCOPE_EMULATOR_BUILD_DIR`` if set, else
     ``~/.cache/neuronscope/emulator-<torch version>``.
     """
-    env = os.environ.get("NEURONSCOPE_EMULATOR_BUILD_DIR")
-    if env:
-        return Path(env)
+    env = _env.EMULATOR_BUILD_DIR.get()
+    if env is not None:
+        return env
     import torch
 
     return Path.home() / ".cache" / "neuronscope" / f"emulator-{torch.__version__}"
@@ -228,7 +231,7 @@ class EmulatedNeuron:
     @layout.setter
     def layout(self, value: str) -> None:
         if value not in _LAYOUTS:
-            raise ValueError(f"layout must be one of {_LAYOUTS}, got {value!r}")
+            raise ConfigurationError(f"layout must be one of {_LAYOUTS}, got {value!r}")
         self.extension.set_layout(value)
         self._layout = value
 
@@ -241,7 +244,7 @@ class EmulatedNeuron:
     def device_time_ratio(self, value: float) -> None:
         value = float(value)
         if not value >= 0.0:
-            raise ValueError("device_time_ratio must be >= 0")
+            raise ConfigurationError("device_time_ratio must be >= 0")
         self.extension.set_device_time_ratio(value)
         self._ratio = value
 
@@ -253,7 +256,7 @@ class EmulatedNeuron:
     @attribution.setter
     def attribution(self, value: str) -> None:
         if value not in _ATTRIBUTIONS:
-            raise ValueError(f"attribution must be one of {_ATTRIBUTIONS}, got {value!r}")
+            raise ConfigurationError(f"attribution must be one of {_ATTRIBUTIONS}, got {value!r}")
         self.extension.set_attribution(value)
         self._attribution = value
 
@@ -295,7 +298,7 @@ class EmulatedNeuron:
         allocator's current bytes as ``Tensors`` plus 96 MB of ``Model Code``."""
         from ._fake_torch_neuronx import DEVICE_MEMORY
 
-        where = Path(directory or os.environ.get("NEURONSCOPE_NEURON_MEM_TABLE_DIR") or "/tmp")
+        where = Path(directory or _env.NEURON_MEM_TABLE_DIR.get())
         cats = dict(categories or {"Model Code": 96 << 20, "Tensors": DEVICE_MEMORY["allocated_bytes.all.current"]})
         failed = f"Failed to allocate {_size(nbytes)} (alignment: none, usage: {usage}) on ND {device}:NC {core}"
         text = _mem_table(failed, device, core, cats)
@@ -454,9 +457,9 @@ def install_emulated_neuron(
     """
     global _installed
     if layout not in _LAYOUTS:
-        raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+        raise ConfigurationError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
     if attribution not in _ATTRIBUTIONS:
-        raise ValueError(f"attribution must be one of {_ATTRIBUTIONS}, got {attribution!r}")
+        raise ConfigurationError(f"attribution must be one of {_ATTRIBUTIONS}, got {attribution!r}")
     with _lock:
         if _installed is None:
             import torch

@@ -43,11 +43,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from .. import _env
 
 VERSION = "0.0.0+neuronscope.emulator"
 _INSTANCE_DIR = re.compile(r"^(?P<instance>.+)_pid_(?P<pid>\d+)$")
@@ -272,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Profile '{args.display_name or (root or ntff).name}' ingested (emulated): http://localhost:3001/")  # type: ignore[union-attr]
         return 0
     fmt = args.output_format or "parquet"
-    overrides = json.loads(os.environ.get("NEURONSCOPE_FAKE_EXPLORER_SUMMARY", "{}") or "{}")
-    schema = os.environ.get("NEURONSCOPE_FAKE_EXPLORER_SCHEMA", "7.4")
+    overrides = dict(_env.FAKE_EXPLORER_SUMMARY.get())  # a copy: the default is shared
+    schema = _env.FAKE_EXPLORER_SCHEMA.get()
     if fmt == "summary-json":
         profiles = {} if args.ignore_device_profile else {
             name: _summary(p, schema, overrides) for name, p in _device_profiles(root, neff, ntff)

@@ -34,6 +34,8 @@ import sys
 import types
 from typing import Any, Iterable
 
+from .. import _env
+
 #: Attribute set on every fake module so code can tell it is the emulator.
 EMULATOR_MARKER = "__neuronscope_emulator__"
 
@@ -73,7 +75,7 @@ def make_device_module() -> types.ModuleType:
 
     def device_count() -> int:
         """Number of NeuronCores visible (``NEURON_RT_NUM_CORES``, default 1)."""
-        return max(1, int(os.environ.get("NEURON_RT_NUM_CORES", "1") or 1))
+        return max(1, _env.env_int("NEURON_RT_NUM_CORES", 1))
 
     def current_device() -> int:
         """Always core 0."""
@@ -233,7 +235,7 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
                 )
             os.makedirs(base, exist_ok=True)
             if emu.layout == "model" and os.path.basename(base).startswith(emu.instance_id):
-                name = f"neuron_framework_trace_rank_{os.environ.get('RANK', '0')}.json"
+                name = f"neuron_framework_trace_rank_{_env.env_str('RANK', '0')}.json"
             else:
                 name = "trace.json"
             path = os.path.join(base, name)

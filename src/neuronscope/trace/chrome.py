@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from .._paths import trace_file
 from ..errors import TraceLoadError
 from .kinds import DEVICE_PROCESS, activity_kind, device_label
 from .memory import MEMORY_EVENT, OOM_EVENT, MemoryRecords
@@ -106,7 +107,8 @@ def _bytes_read(exc: BaseException) -> int:
 
 
 def load_trace(path: str | os.PathLike[str], *, device: str | None = None) -> Trace:
-    """Read a Kineto ``trace.json`` / ``trace.json.gz`` (or a run directory holding one).
+    """Read a Kineto ``trace.json`` / ``trace.json.gz`` (or a run directory, or a directory
+    holding one trace: see :mod:`neuronscope._paths`).
 
     The file is read in chunks (gzip decompressed as it streams) straight into the columns:
     peak memory stays below the file's size. Raises :class:`~neuronscope.TraceLoadError`
@@ -114,12 +116,8 @@ def load_trace(path: str | os.PathLike[str], *, device: str | None = None) -> Tr
     than the memory available could hold.
     """
     p = Path(path)
-    if p.is_dir():
-        candidates = [p / "trace.json.gz", p / "trace.json"]
-        found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            raise TraceLoadError(f"{p}: directory holds no trace.json(.gz); was the run saved with save_trace=True?")
-        p = found
+    if not p.is_file():  # a directory (or nothing): what ``show`` and ``ns.diagnose`` would read
+        p = trace_file(p)
     source = str(p)
     try:
         with open(p, "rb") as f:
@@ -210,6 +208,8 @@ def _parse_with_gc_paused(open_chunks: "Callable[[], Iterator[bytes]]", source: 
                 f"(read {_bytes_read(exc) / 2**30:.1f} GiB)"
             ) from None
         return _parse_whole(b"".join(open_chunks()), source, device)
+    except (TypeError, ValueError, OverflowError) as exc:  # an event's value does not fit (a ts beyond int64 ns)
+        raise TraceLoadError(f"{source}: malformed trace event: {exc!r}") from exc
     try:
         return cols.finish(doc, device)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -354,7 +354,7 @@ class _Columns:
         self.mem = {k: array("q") for k in ("time_ns", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device_id", "thread")}
         self.oom: list[tuple[int, int, int, int]] = []
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: list[_Event]) -> None:  # noqa: C901 - the per-event hot loop: one flat branch per field, no calls
         other, op_kind, region = EventKind.OTHER, EventKind.OP, EventKind.REGION
         runtime, device_op = EventKind.RUNTIME, EventKind.DEVICE
         device_kinds = (device_op, EventKind.DEVICE_ANNOTATION, runtime)

@@ -76,7 +76,7 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
         else:
             corr = linked = np.zeros(n, dtype=np.int64)
         inputs = _recorded_inputs(events, names, name_id)
-        del events
+        events = []  # let the Kineto event list go before the trace is built
         # Utility ops torch itself hides from key_averages(); memory records etc.; our own markers.
         hidden = [i for i, nm in enumerate(names) if nm in FILTERED_NAMES or nm.startswith(MARKER_PREFIX)]
         if hidden:

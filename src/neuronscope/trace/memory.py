@@ -336,7 +336,7 @@ def _records_vectorised(
     oom: list[tuple[float, bytes]] = []
     found = 0
     ends: list[float | None] = []  # the ts of the first and the last record, in file order
-    for buf, off, names_end in _chunks(source, backward):
+    for buf, _off, names_end in _chunks(source, backward):
         if found == n and backward:
             break
         cand = np.flatnonzero(buf[:names_end] == 91)

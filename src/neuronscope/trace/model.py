@@ -23,6 +23,7 @@ import numpy as np
 __all__ = ["Event", "EventKind", "Trace"]
 
 
+from ..errors import ConfigurationError
 from .kinds import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind  # noqa: E402,F401
 
 
@@ -196,7 +197,7 @@ class Trace:
         """One trace holding the events of several (e.g. the segments of a capture), string
         tables merged. ``base_time_ns`` is the earliest one's."""
         if not traces:
-            raise ValueError("Trace.concat needs at least one trace")
+            raise ConfigurationError("Trace.concat needs at least one trace")
         names: dict[str, int] = {}
         cats: dict[str, int] = {"": 0}
         cols: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}

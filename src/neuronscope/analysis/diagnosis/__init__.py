@@ -225,6 +225,21 @@ _CAUSE_RULES = {
 }
 
 
+def with_device_facts(diagnosis: Diagnosis, facts: Any) -> Diagnosis:
+    """``diagnosis`` with the findings of device facts that arrived after it (Neuron Explorer's
+    insights: the enrichment that runs after the summary is published), in the usual order."""
+    from dataclasses import replace
+
+    from .rules.neuron import explorer_findings
+
+    have = {(f.rule, f.message) for f in diagnosis.findings}
+    extra = [f for f in explorer_findings(facts) if (f.rule, f.message) not in have]
+    if not extra:
+        return diagnosis
+    merged = sorted([*diagnosis.findings, *extra], key=lambda f: (-f.us_at_stake, f.rule))
+    return replace(diagnosis, findings=tuple(_cause_first(merged, diagnosis.bound_by)))
+
+
 def _cause_first(findings: list, bound_by: str) -> list:
     """The verdict's cause leads when the trace shows one (data-bound: the data finding first),
     then the rest by time at stake — so the top finding never contradicts the verdict."""

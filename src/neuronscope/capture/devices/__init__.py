@@ -40,8 +40,9 @@ def validate_device(device: object) -> str:
     return device.lower()
 
 
-def select_backend(device: str = "auto") -> "DeviceBackend":
-    """The backend for ``device``; ``"auto"`` prefers neuron, then cuda, then cpu.
+def select_backend(device: str = "auto", *, neuron: Any = None) -> "DeviceBackend":
+    """The backend for ``device``; ``"auto"`` prefers neuron, then cuda, then cpu. ``neuron``:
+    the :class:`NeuronOptions` a Neuron backend captures with.
 
     An explicitly requested device that is absent raises DeviceUnavailableError with what to install.
     """
@@ -50,9 +51,13 @@ def select_backend(device: str = "auto") -> "DeviceBackend":
     if device == "auto":
         for cls in (backends["neuron"], backends["cuda"]):
             if cls.is_available():
-                return cls()
+                return _make(cls, neuron)
         return backends["cpu"]()
     cls = backends[device]
     if not cls.is_available():
         raise DeviceUnavailableError(f'device="{device}" was requested but is not available: {cls.install_hint()}')
-    return cls()
+    return _make(cls, neuron)
+
+
+def _make(cls: Any, neuron: Any) -> "DeviceBackend":
+    return cls(neuron) if cls.name == "neuron" else cls()

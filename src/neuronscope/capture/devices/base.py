@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch.profiler import ProfilerActivity
+
+from ...result import CaptureFacts, DeviceFacts
+
+if TYPE_CHECKING:
+    from ...trace.model import Trace
 
 __all__ = ["DeviceBackend"]
 
@@ -44,10 +49,40 @@ class DeviceBackend:
     def on_trace_ready(self, prof: Any, raw_dir: Path | None) -> None:
         """Hook called with the stopped ``torch.profiler.profile`` (e.g. to export raw files)."""
 
-    def finish_run(self, run: Any, raw_dir: Path | None, *, first_call: bool = False) -> list[str]:
-        """After processing (background worker): add device facts to ``run.manifest`` and
-        ``run.warnings``; return notes for the end of the summary table."""
-        return []
+    # -- the run directory -------------------------------------------------------------------
+    #: the device writes raw files while the profile runs, so the run directory must exist
+    #: when it starts (Neuron); elsewhere the output worker makes it afterwards
+    needs_run_dir_at_start: ClassVar[bool] = False
+
+    # -- memory (profile_neuron(memory=...)) --------------------------------------------------------
+    def memory_start(self, mode: str) -> dict[str, Any]:
+        """At the start of a capture with the memory stage on (user's thread): begin recording
+        what the device needs and return its state then (``CaptureFacts.device_start``)."""
+        return {}
+
+    def memory_end(self, mode: str) -> dict[str, Any]:
+        """At the end of that capture, after the device synchronised (``CaptureFacts.device_end``)."""
+        return {}
+
+    def memory_facts(self, capture: CaptureFacts, *, error: str | None, start_ns: int) -> dict[str, Any]:
+        """(analysis worker) What the memory stage knows from the device beyond the trace's
+        allocator records: device totals, an out-of-memory table."""
+        return {}
+
+    def write_memory_files(self, run_dir: Path, mode: str) -> dict[str, Any]:
+        """(output worker) Device memory files for the run directory; their manifest fields."""
+        return {}
+
+    # -- after the capture -------------------------------------------------------------------------
+    def finish_run(self, name: str, trace: Trace, raw_dir: Path | None, *, first_call: bool = False) -> DeviceFacts:
+        """(analysis worker, before the summary is published) Quick device facts: what the
+        device wrote, problems with it, notes for the end of the summary."""
+        return DeviceFacts()
+
+    def enrich(self, name: str, raw_dir: Path | None, facts: DeviceFacts) -> DeviceFacts:
+        """(output worker, after the summary is published) Slow enrichment — Neuron Explorer
+        runs here — added to the run's facts and notes before it is written."""
+        return DeviceFacts()
 
     def describe(self) -> dict[str, Any]:
         """Facts about the device for the run manifest."""

@@ -23,13 +23,18 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.profiler import ProfilerActivity
 
+from ... import _env
 from ...errors import ConfigurationError, DeviceUnavailableError
+from ...result import CaptureFacts, DeviceFacts
 from .base import DeviceBackend
+
+if TYPE_CHECKING:
+    from ...trace.model import Trace
 
 __all__ = ["NeuronBackend", "NeuronOptions", "StderrTee"]
 
@@ -113,8 +118,7 @@ class NeuronOptions:
 _COMPILE_MARKERS = ("neuronx-cc", "neuronx_cc", "compile", "model_load")
 
 
-def _compilation_evidence(run: Any, first_call: bool) -> str | None:
-    trace = run._trace
+def _compilation_evidence(trace: Any, first_call: bool) -> str | None:
     if trace is not None:
         hits = [n for n in trace.names if any(m in n.lower() for m in _COMPILE_MARKERS)]
         if hits:
@@ -132,7 +136,7 @@ def _neff_cache_dir(option: str | None, raw_dir: Path) -> tuple[str, str] | None
     """
     if option is not None:
         return (option, "NeuronOptions(neff_cache_dir=...)") if option else None
-    env = os.environ.get(_NEFF_CACHE_ENV, "").strip()
+    env = _env.env_str(_NEFF_CACHE_ENV, None)
     if env:
         return env, _NEFF_CACHE_ENV
     return str(raw_dir), "default: the run's neuron/ folder"
@@ -140,9 +144,7 @@ def _neff_cache_dir(option: str | None, raw_dir: Path) -> tuple[str, str] | None
 
 def refuse_env_capture() -> None:
     """Environment-variable capture (NEURON_RT_INSPECT_*) and torch.profiler capture must not mix."""
-    import os
-
-    if os.environ.get("NEURON_RT_INSPECT_ENABLE", "").strip() not in ("", "0"):
+    if _env.env_str("NEURON_RT_INSPECT_ENABLE", "0") != "0":
         raise ConfigurationError(
             "NEURON_RT_INSPECT_ENABLE is set: the Neuron runtime is already capturing through environment "
             "variables, which must not be combined with torch.profiler capture. Unset NEURON_RT_INSPECT_* to use "
@@ -291,8 +293,10 @@ def _flush_stderr() -> None:
 
 class NeuronBackend(DeviceBackend):
     name = "neuron"
+    needs_run_dir_at_start = True  # the runtime writes its raw files during the profile
 
     def __init__(self, options: NeuronOptions | None = None) -> None:
+        refuse_env_capture()  # a capture the environment variables already run would collide with ours
         self.options = options or NeuronOptions()
         self._config: Any = None
         self._neff_cache: tuple[str, str] | None = None  # (dir, where the choice came from)
@@ -394,69 +398,114 @@ class NeuronBackend(DeviceBackend):
         if profiling is not None and self._config is not None and hasattr(profiling, "NeuronProfiler"):
             profiling.NeuronProfiler(self._config).export_trace(prof)
 
-    def finish_run(self, run: Any, raw_dir: Path | None, *, first_call: bool = False) -> list[str]:
+    def finish_run(self, name: str, trace: Trace, raw_dir: Path | None, *, first_call: bool = False) -> DeviceFacts:
         from .neuron_artifacts import find_artifacts
-        from .neuron_explorer import collect_explorer, explorer_notes, find_explorer
+        from .neuron_explorer import find_explorer
 
         self._stop_capture_side_effects()  # normally done in on_trace_ready already
         opts = self.options
         notes: list[str] = []
+        warnings: list[str] = []
         info: dict[str, Any] = {"modes": list(opts.modes)}
-        compile_hint = _compilation_evidence(run, first_call)
+        compile_hint = _compilation_evidence(trace, first_call)
         if compile_hint:
             info["compilation_suspected"] = True
-            run.warnings.append(
+            warnings.append(
                 f"this profile likely contains compilation ({compile_hint}): warm up first "
                 "(profile_neuron(warmup=3) on a decorator, or run 3+ iterations before profiling)"
             )
         if self._neff_cache is not None:
             info["neff_cache_dir"], info["neff_cache_dir_source"] = self._neff_cache
         dropped, self._dropped = self._dropped, None  # with schedule=: reported with the first window only
-        system_profile = opts.system_profile
+        artifacts = None
         if raw_dir is not None:
             # Absolute paths: the printed Neuron Explorer commands must work from anywhere.
             raw = raw_dir.resolve()
-            artifacts = find_artifacts(raw, device_mode="device" in opts.modes, display_name=run.name, explorer_out=raw.parent / "explorer")
+            artifacts = find_artifacts(raw, device_mode="device" in opts.modes, display_name=name, explorer_out=raw.parent / "explorer")
             info.update(artifacts.to_manifest())
-            run.warnings.extend(artifacts.all_problems())
+            warnings.extend(artifacts.all_problems())
             notes += artifacts.all_notes()
-            explorer = collect_explorer(
-                raw.parent, artifacts, mode=opts.explorer, timeout_s=opts.explorer_timeout_s, max_ntff_bytes=opts.explorer_max_ntff_bytes
-            )
-            info["explorer"] = explorer.to_manifest()
-            notes += list(explorer_notes(explorer))
-            run.warnings.extend(explorer.errors)
-            dropped = dropped or explorer.dropped
-            system_profile = system_profile or explorer.system_profile
-            commands = artifacts.explorer_commands()
-            notes += [f"open in Neuron Explorer: {cmd}" for cmd in commands[:3]]
-            if len(commands) > 3:  # the json / perfetto exports, the per-pair views
-                notes.append(f"{len(commands) - 3} more Explorer commands: neuronscope artifacts <run dir>")
         if dropped is not None:
             info["dropped_events"] = dropped.to_dict()
-            run.warnings.append(dropped.problem())
-        if system_profile:
-            self._read_system_profile(run, system_profile, info)
+            warnings.append(dropped.problem())
+        profile = None
+        if opts.system_profile:
+            profile = self._read_system_profile(opts.system_profile, info, warnings)
         elif raw_dir is None and find_explorer() is None:
             notes.append(
                 "runtime/hardware lanes come from the trace only; for the full system profile install "
                 "aws-neuronx-tools (neuron-explorer) or pass NeuronOptions(system_profile=...)"
             )
-        run.manifest["neuron"] = info
-        return notes
+        return DeviceFacts(
+            manifest={"neuron": info}, notes=tuple(notes), warnings=tuple(warnings), system_profile=profile, handoff=artifacts
+        )
+
+    def enrich(self, name: str, raw_dir: Path | None, facts: DeviceFacts) -> DeviceFacts:
+        """Neuron Explorer over the run's NTFFs (subprocesses, up to ``explorer_timeout_s``)."""
+        from .neuron_explorer import collect_explorer, explorer_notes
+
+        artifacts = facts.handoff
+        if raw_dir is None or artifacts is None:
+            return DeviceFacts()
+        opts = self.options
+        raw = raw_dir.resolve()
+        info = dict(facts.manifest.get("neuron") or {})
+        notes: list[str] = []
+        warnings: list[str] = []
+        explorer = collect_explorer(
+            raw.parent, artifacts, mode=opts.explorer, timeout_s=opts.explorer_timeout_s, max_ntff_bytes=opts.explorer_max_ntff_bytes
+        )
+        info["explorer"] = explorer.to_manifest()
+        notes += list(explorer_notes(explorer))
+        warnings.extend(explorer.errors)
+        if "dropped_events" not in info and explorer.dropped is not None:
+            info["dropped_events"] = explorer.dropped.to_dict()
+            warnings.append(explorer.dropped.problem())
+        profile = None
+        if facts.system_profile is None and explorer.system_profile:
+            profile = self._read_system_profile(explorer.system_profile, info, warnings)
+        commands = artifacts.explorer_commands()
+        notes += [f"open in Neuron Explorer: {cmd}" for cmd in commands[:3]]
+        if len(commands) > 3:  # the json / perfetto exports, the per-pair views
+            notes.append(f"{len(commands) - 3} more Explorer commands: neuronscope artifacts <run dir>")
+        return DeviceFacts(manifest={"neuron": info}, notes=tuple(notes), warnings=tuple(warnings), system_profile=profile)
 
     @staticmethod
-    def _read_system_profile(run: Any, path: str, info: dict[str, Any]) -> None:
+    def _read_system_profile(path: str, info: dict[str, Any], warnings: list[str]) -> Any:
         from ...sinks.otel.lanes import load_system_profile
 
         try:
             profile = load_system_profile(path)
         except Exception as exc:  # noqa: BLE001 - a bad side file must not lose the run
-            run.warnings.append(f"system profile not read: {exc}")
-            return
-        run._system_events = profile.events
-        run._system_profile = profile
+            warnings.append(f"system profile not read: {exc}")
+            return None
         info["system_profile"] = profile.facts()
+        return profile
+
+    # -- memory ----------------------------------------------------------------------------------
+    def memory_start(self, mode: str) -> dict[str, Any]:
+        from .neuron_memory import neuron_memory_stats
+
+        return {"neuron_memory_stats": neuron_memory_stats()}  # the device allocator at the start
+
+    def memory_end(self, mode: str) -> dict[str, Any]:
+        from .neuron_memory import neuron_memory_stats
+
+        return {"neuron_memory_stats": neuron_memory_stats()}  # ... and at the end (the device synchronised)
+
+    def memory_facts(self, capture: CaptureFacts, *, error: str | None, start_ns: int) -> dict[str, Any]:
+        from .neuron_memory import neuron_oom_table
+
+        facts: dict[str, Any] = {}
+        # the runtime's OOM table, when the profiled code failed and the runtime wrote one
+        table = neuron_oom_table(since_ns=start_ns - 1_000_000_000) if error else None
+        if table is not None:
+            facts["neuron_oom_table"] = table
+        start = capture.device_start.get("neuron_memory_stats")
+        end = capture.device_end.get("neuron_memory_stats")
+        if end:
+            facts["neuron_memory_stats"] = {"start": start, "end": end}
+        return facts
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"device": self.name, "neuron_modes": list(self.options.modes)}

@@ -23,11 +23,16 @@ from .providers import OtelSettings, resolve_providers
 from .spans import emit_run
 
 if TYPE_CHECKING:
-    from ..._run import Run
+    from ...result import RunResult
 
 __all__ = [
+    "OTEL_SINK",
+    "PROMETHEUS_SINK",
+    "OtelSink",
+    "PrometheusSink",
+    "active_otel_sinks",
+    "all_otel_sinks",
     "capture_parent_context",
-    "export_to_otel",
     "flush_providers",
     "prometheus_endpoint",
     "settings",
@@ -104,17 +109,18 @@ def _set_prometheus(port: int | None, service_name: str | None, *, source: str) 
 
 
 def start_prometheus_from_environment() -> None:
-    """``NEURONSCOPE_PROMETHEUS_PORT``: start the endpoint; problems are logged, never raised."""
+    """``NEURONSCOPE_PROMETHEUS_PORT``: start the endpoint; problems are only logged, never raised."""
+    from ... import _env
     from ..._config import disabled_by_environment
 
-    raw = os.environ.get(PROMETHEUS_PORT_ENV, "")
-    if not raw.strip() or _prometheus is not None or disabled_by_environment():
+    if _prometheus is not None or disabled_by_environment():
         return  # (NEURONSCOPE_DISABLED=1: no profiles, so no server either)
+    port = _env.PROMETHEUS_PORT.get(lenient=True)  # malformed: one warning naming it, no endpoint
+    if port is None:
+        return
     try:
-        port = parse_port(raw, PROMETHEUS_PORT_ENV)
-        if port is not None:
-            _set_prometheus(port, _settings.service_name, source=PROMETHEUS_PORT_ENV)
-    except ConfigurationError as exc:
+        _set_prometheus(port, _settings.service_name, source=PROMETHEUS_PORT_ENV)
+    except ConfigurationError as exc:  # the port is in use, the exporter is missing
         log.warning("neuronscope: no Prometheus endpoint: %s", exc)
 
 
@@ -144,31 +150,103 @@ def capture_parent_context() -> Any:
     return otel_context.get_current()
 
 
-def export_to_otel(run: "Run") -> None:
-    """The sink: spans + metrics for a completed run. Failures are logged and counted."""
-    settings_now = _settings
-    parent = getattr(run, "_otel_parent", None)
-    if parent is not None and otel_context.get_value(_SUPPRESS_INSTRUMENTATION_KEY, parent):
-        return
-    tracer_provider, meter_provider = resolve_providers(settings_now)
-    root_context = None
-    if tracer_provider is not None:
-        tracer = _RootSpanTracer(tracer_provider.get_tracer(_SCOPE, __version__))
-        trace_id, span_id, count = emit_rank_run(run, tracer, settings_now.op_spans, settings_now.max_spans, parent)
-        root_context = tracer.root_context
-        run.manifest["otel"] = {"trace_id": trace_id, "span_id": span_id, "spans": count}
-    endpoint = _prometheus
-    for provider in (meter_provider, endpoint.meter_provider if endpoint is not None else None):
-        if provider is not None:
-            try:
-                _record_metrics(run, provider, root_context)
-                _record_neuron_metrics(run, provider)
-            except Exception as exc:  # noqa: BLE001 - one broken provider must not stop the other
-                _stats.record("errors")
-                log.warning("neuronscope: recording metrics failed: %r", exc)
+class OtelSink:
+    """Spans (under the user's span current when the profile started) and pushed metrics, to
+    the configured OpenTelemetry providers. Active when a provider is configured."""
+
+    name = "opentelemetry"
+
+    def export(self, result: RunResult) -> dict[str, Any] | None:
+        settings_now = _settings
+        parent = result.otel_parent
+        if parent is not None and otel_context.get_value(_SUPPRESS_INSTRUMENTATION_KEY, parent):
+            return None
+        tracer_provider, meter_provider = resolve_providers(settings_now)
+        added: dict[str, Any] | None = None
+        root_context = None
+        if tracer_provider is not None:
+            tracer = _RootSpanTracer(tracer_provider.get_tracer(_SCOPE, __version__))
+            trace_id, span_id, count = emit_rank_run(result, tracer, settings_now.op_spans, settings_now.max_spans, parent)
+            root_context = tracer.root_context
+            sampled = bool(root_context is not None and root_context.trace_flags.sampled)
+            added = {"otel": {"trace_id": trace_id, "span_id": span_id, "spans": count, "sampled": sampled}}
+        if meter_provider is not None:
+            _record_all_metrics(result, meter_provider, root_context)
+        return added
+
+    def force_flush(self, timeout_s: float | None) -> bool:
+        return flush_providers(timeout_s)
+
+    def shutdown(self) -> None:
+        for provider in _settings._own:
+            if provider is not None:
+                _safe(provider.shutdown)
 
 
-def emit_rank_run(run: "Run", tracer: Any, mode: str, max_spans: int, parent: Any) -> tuple[str, str, int]:
+class PrometheusSink:
+    """The metrics of every run on the scrape endpoint (``NEURONSCOPE_PROMETHEUS_PORT`` or
+    ``configure(prometheus_port=...)``), with the run's root span as the exemplar. Active
+    while the endpoint serves."""
+
+    name = "prometheus"
+
+    def export(self, result: RunResult) -> None:
+        endpoint = _prometheus
+        if endpoint is None or endpoint.meter_provider is None:
+            return None
+        parent = result.otel_parent
+        if parent is not None and otel_context.get_value(_SUPPRESS_INSTRUMENTATION_KEY, parent):
+            return None
+        _record_all_metrics(result, endpoint.meter_provider, _root_span_context(result))
+        return None
+
+    def force_flush(self, timeout_s: float | None) -> bool:
+        return True  # scraped, not pushed
+
+    def shutdown(self) -> None:
+        global _prometheus
+        with _prometheus_lock:
+            endpoint, _prometheus = _prometheus, None
+        if endpoint is not None:
+            _safe(endpoint.stop)
+
+
+OTEL_SINK = OtelSink()
+PROMETHEUS_SINK = PrometheusSink()
+
+
+def active_otel_sinks() -> list[Any]:
+    """The OpenTelemetry sinks a run goes to now (configuration decides)."""
+    # OpenTelemetry: providers come from configure(), the environment or the global API; the
+    # sink resolves them per run and does nothing when there are none
+    return [OTEL_SINK, PROMETHEUS_SINK] if _prometheus is not None else [OTEL_SINK]
+
+
+def all_otel_sinks() -> list[Any]:
+    """Every OpenTelemetry sink, for flush and shutdown."""
+    return [OTEL_SINK, PROMETHEUS_SINK]
+
+
+def _root_span_context(result: RunResult) -> Any:
+    """The root span of ``result``'s trace (its ids in the manifest), for exemplars."""
+    otel = result.manifest.get("otel")
+    if not isinstance(otel, dict) or not otel.get("trace_id") or not otel.get("span_id"):
+        return None
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    flags = TraceFlags(TraceFlags.SAMPLED if otel.get("sampled", True) else TraceFlags.DEFAULT)
+    return SpanContext(int(otel["trace_id"], 16), int(otel["span_id"], 16), is_remote=False, trace_flags=flags)
+
+
+def _record_all_metrics(result: RunResult, provider: Any, root_context: Any) -> None:
+    try:
+        _record_metrics(result, provider, root_context)
+        _record_neuron_metrics(result, provider)
+    except Exception as exc:  # noqa: BLE001 - one broken provider must not stop the other
+        _stats.contain("recording metrics", exc, exc_info=False, once=True)
+
+
+def emit_rank_run(run: RunResult, tracer: Any, mode: str, max_spans: int, parent: Any) -> tuple[str, str, int]:
     """``emit_run``; for a rank of a distributed job, under its step's derived context
     (:mod:`.distributed`), and the step span itself from the lowest profiled rank."""
     from .distributed import emit_step_span, step_context
@@ -201,18 +279,22 @@ class _RootSpanTracer:
         return getattr(self._tracer, name)
 
 
-def _record_metrics(run: "Run", meter_provider: Any, span_context: Any = None) -> None:
+def _record_metrics(run: "RunResult", meter_provider: Any, span_context: Any = None) -> None:
     """One run's metrics on ``meter_provider`` (also used by ``export_run``)."""
     _metrics.record_run_metrics(run, meter_provider, _settings.metrics_top_ops, span_context)
 
 
-_neuron_instruments: dict[int, dict[str, Any]] = {}  # id(meter provider) -> instruments
+_neuron_instruments: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(meter provider) -> (weakref to it, instruments)
 
 
 def _neuron_instruments_for(meter_provider: Any) -> dict[str, Any]:
+    import weakref
+
     key = id(meter_provider)
     with _lock:
-        found = _neuron_instruments.get(key)
+        entry = _neuron_instruments.get(key)
+        # the same reuse guard as metrics.instruments_for: an id is reused after a provider dies
+        found = entry[1] if entry is not None and entry[0]() is meter_provider else None
         if found is None:
             meter = meter_provider.get_meter(_SCOPE, __version__)
 
@@ -220,7 +302,7 @@ def _neuron_instruments_for(meter_provider: Any) -> dict[str, Any]:
                 create = getattr(meter, "create_gauge", None)
                 return create(name, **kw).set if create else meter.create_histogram(name, **kw).record
 
-            found = _neuron_instruments[key] = {
+            found = {
                 # utilisation as a fraction with unit "1", as OpenTelemetry's *.utilization metrics
                 "util": gauge("neuronscope.neuron.utilization", unit="1", description="Neuron Explorer utilisation of one profile, 0-1 (MFU, HFU, MBU, engine active, ...)"),
                 "time": gauge("neuronscope.neuron.device_time", unit="s", description="On-device time of one profile (Neuron Explorer total_time; metric=dma_active: DMA active time)"),
@@ -229,6 +311,7 @@ def _neuron_instruments_for(meter_provider: Any) -> dict[str, Any]:
                 "cpu": meter.create_histogram("neuronscope.neuron.cpu.utilization", unit="1", description="Per-core CPU utilisation samples of the Neuron system profile, 0-1"),
                 "dropped": meter.create_counter("neuronscope.neuron.dropped_events", unit="{event}", description="Trace events the Neuron runtime dropped during capture"),
             }
+            _neuron_instruments[key] = (weakref.ref(meter_provider), found)
         return found
 
 
@@ -236,10 +319,10 @@ _UTIL_METRICS = {"mfu_percent": "mfu", "hfu_percent": "hfu", "mbu_percent": "mbu
                  "dma_active_percent": "dma_active", "cc_active_percent": "cc_active", "throttle_active_percent": "throttle_active"}
 
 
-def _record_neuron_metrics(run: "Run", meter_provider: Any) -> None:
+def _record_neuron_metrics(run: "RunResult", meter_provider: Any) -> None:
     """Neuron device facts as metrics. Only Neuron runs that have them; failures are logged."""
     neuron = run.manifest.get("neuron")
-    if run.device != "neuron" or not isinstance(neuron, dict):
+    if not isinstance(neuron, dict):  # only a Neuron backend writes these facts
         return
     try:
         inst = _neuron_instruments_for(meter_provider)
@@ -258,7 +341,7 @@ def _record_neuron_metrics(run: "Run", meter_provider: Any) -> None:
         for key in ("hbm_read_bytes", "hbm_write_bytes", "spill_reload_bytes", "spill_save_bytes"):
             if isinstance(metrics.get(key), (int, float)):
                 inst["bytes"](float(metrics[key]), base | {"neuronscope.neuron.metric": key.removesuffix("_bytes")})
-        profile = getattr(run, "_system_profile", None)
+        profile = run.device_facts.system_profile
         for sample in getattr(profile, "mem_usage", ()):
             if isinstance(sample.get("usage"), (int, float)):
                 inst["host_mem"].record(sample["usage"], base)
@@ -289,14 +372,8 @@ def flush_providers(timeout_s: float | None) -> bool:
 
 
 def shutdown_providers() -> None:
-    global _prometheus
-    for provider in _settings._own:
-        if provider is not None:
-            _safe(provider.shutdown)
-    with _prometheus_lock:
-        endpoint, _prometheus = _prometheus, None
-    if endpoint is not None:
-        _safe(endpoint.stop)
+    OTEL_SINK.shutdown()
+    PROMETHEUS_SINK.shutdown()
 
 
 def _safe(fn: Any, *args: Any) -> Any:

@@ -36,7 +36,7 @@ from ... import _stats
 from ..._version import __version__
 
 if TYPE_CHECKING:
-    from ..._run import Run
+    from ...result import RunResult
 
 __all__ = [
     "DEFAULT_TOP_OPS",
@@ -157,7 +157,7 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             PROFILE_CALLS,
             callbacks=[_observe_calls],
             unit="{call}",
-            description="Calls of profiled code by outcome (profiled, unsampled, skipped, joined, dropped, ...)",
+            description="Calls of profiled code by outcome (profiled, unsampled, skipped, skipped_backpressure, joined, ...)",
         )
         meter.create_observable_counter(
             TRIGGERED_CALLS,
@@ -267,7 +267,7 @@ def _exemplar_context(span_context: Any) -> Any:
     return trace.set_span_in_context(trace.NonRecordingSpan(span_context))
 
 
-def record_run_metrics(run: "Run", meter_provider: Any, top_ops: int = DEFAULT_TOP_OPS, span_context: Any = None) -> None:
+def record_run_metrics(run: "RunResult", meter_provider: Any, top_ops: int = DEFAULT_TOP_OPS, span_context: Any = None) -> None:
     """Record one completed run's measurements on ``meter_provider``."""
     inst = instruments_for(meter_provider)
     ctx = _exemplar_context(span_context) if inst.takes_context else None
@@ -276,14 +276,14 @@ def record_run_metrics(run: "Run", meter_provider: Any, top_ops: int = DEFAULT_T
     base = {"neuronscope.device": run.device, "neuronscope.profile.name": profile}
     duration_s = max(run.end_ns - run.start_ns, 0) / 1e9
     inst.duration.record(duration_s, base, **kw)
-    summary = run._summary  # not .summary: that waits for processing, which is us
+    summary = run.summary
     if summary is not None:
         for name, seconds in _cardinality.ops(run.device, profile, summary.rows, top_ops):
             inst.op_time.record(seconds, base | {"neuronscope.op.name": name}, **kw)
-    memory = getattr(run, "_memory", None)  # profile_neuron(memory=True)
+    memory = run.memory  # profile_neuron(memory=True)
     if memory is not None and memory.allocations:
         inst.memory_peak.record(int(memory.peak_bytes), base | {"neuronscope.memory.device": memory.device}, **kw)
-    diagnosis = getattr(run, "_diagnosis", None)  # set by the analysis when it ran; else None
+    diagnosis = run.diagnosis  # set by the analysis when it ran; else None
     if diagnosis is None:
         return
     inst.utilization.record(min(max(diagnosis.device_busy_pct / 100.0, 0.0), 1.0), base, **kw)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import re
 import threading
 from typing import Any
 
+from ... import _env
 from ...errors import ConfigurationError
 from .metrics import bucket_index, forget_provider
 
@@ -31,7 +31,7 @@ __all__ = ["PROMETHEUS_PORT_ENV", "PrometheusEndpoint", "parse_port", "start_end
 
 log = logging.getLogger("neuronscope")
 
-PROMETHEUS_PORT_ENV = "NEURONSCOPE_PROMETHEUS_PORT"
+PROMETHEUS_PORT_ENV = _env.PROMETHEUS_PORT.name
 HOST_ENV = "OTEL_EXPORTER_PROMETHEUS_HOST"  # the standard variable; we bind where it says
 DEFAULT_HOST = "localhost"
 _INSTALL_HINT = 'the Prometheus endpoint needs the exporter: pip install "neuronscope[prometheus]"'
@@ -202,7 +202,7 @@ def start_endpoint(port: int, service_name: str | None, *, source: str) -> Prome
     """Start the endpoint or raise ConfigurationError saying what to change."""
     if not exporter_installed():
         raise ConfigurationError(_INSTALL_HINT)
-    host = os.environ.get(HOST_ENV, "").strip() or DEFAULT_HOST
+    host = _env.env_str(HOST_ENV, DEFAULT_HOST)
     try:
         endpoint = PrometheusEndpoint(port, host, service_name)
     except TypeError as exc:  # an exporter older than the extra's pin: no registry= argument

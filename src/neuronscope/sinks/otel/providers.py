@@ -12,7 +12,6 @@ Order of precedence (the contrib instrumentations' rules):
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ... import _stats
+from ... import _env, _stats
 from ...errors import ConfigurationError
 from .metrics import DEFAULT_TOP_OPS
 
@@ -93,7 +92,7 @@ def _global_meter_provider() -> Any | None:
 
 
 def _env_asks_for_export() -> bool:
-    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+    return bool(_env.env_str("OTEL_EXPORTER_OTLP_ENDPOINT", None) or _env.env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None))
 
 
 def _otlp_installed() -> bool:
@@ -124,7 +123,7 @@ def resolve_providers(settings: OtelSettings) -> tuple[Any | None, Any | None]:
 
 
 def _protocol() -> str:
-    proto = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    proto = _env.env_str("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", None) or _env.env_str("OTEL_EXPORTER_OTLP_PROTOCOL", None)
     proto = (proto or "http/protobuf").strip().lower()
     if proto not in ("grpc", "http/protobuf"):
         raise ConfigurationError(f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r}: neuronscope supports grpc and http/protobuf")

@@ -32,7 +32,7 @@ from ...analysis.nesting import nest
 from ...trace.model import EventKind
 
 if TYPE_CHECKING:
-    from ..._run import Run
+    from ...result import RunResult
     from ...analysis.summary import OpStats, Summary
 
 __all__ = ["MAX_ATTRIBUTE_CHARS", "emit_run"]
@@ -58,15 +58,15 @@ def op_attributes(row: "OpStats") -> dict[str, Any]:
     }
 
 
-def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
-    summary = run._summary  # not .summary: that waits for processing, which is us
+def root_attributes(run: "RunResult", mode: str) -> dict[str, Any]:
+    summary = run.summary
     attrs: dict[str, Any] = {
         "neuronscope.run.name": _cap(run.name),
         "neuronscope.device": run.device,
         "neuronscope.op_spans": mode,
     }
-    if run._path is not None:
-        attrs["neuronscope.run.path"] = _cap(str(run._path.resolve()))
+    if run.path is not None:
+        attrs["neuronscope.run.path"] = _cap(str(run.path.resolve()))
     if summary is not None:
         attrs["neuronscope.total_device_time_us"] = summary.total_device_time_us
         attrs["neuronscope.ops"] = len(summary)
@@ -86,8 +86,8 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
     if raw.get("explorer_command"):
         attrs["neuronscope.raw.explorer_command"] = _cap(raw["explorer_command"])
     attrs.update(neuron_device_attributes(raw))
-    attrs.update(diagnosis_attributes(run._diagnosis))
-    attrs.update(memory_attributes(run._memory))
+    attrs.update(diagnosis_attributes(run.diagnosis))
+    attrs.update(memory_attributes(run.memory))
     from .distributed import rank_attributes
 
     attrs.update(rank_attributes(run.manifest))  # a rank of a torchrun job: rank, world size, job id
@@ -97,7 +97,7 @@ def root_attributes(run: "Run", mode: str) -> dict[str, Any]:
     return attrs
 
 
-def trigger_attributes(run: "Run") -> dict[str, Any]:
+def trigger_attributes(run: "RunResult") -> dict[str, Any]:
     """``neuronscope.trigger.*``: why a run was captured on demand (arming, a slow call), and
     what its baseline comparison found."""
     trig = getattr(run, "trigger", None)
@@ -114,7 +114,7 @@ def trigger_attributes(run: "Run") -> dict[str, Any]:
     baseline = run.manifest.get("baseline")
     if baseline:
         attrs["neuronscope.trigger.baseline"] = _cap(str(baseline))
-    explanation = run._explanation
+    explanation = run.explanation
     if explanation is not None:
         attrs["neuronscope.trigger.delta_us"] = round(float(explanation.delta_us), 3)
         if explanation.contributions:
@@ -124,7 +124,7 @@ def trigger_attributes(run: "Run") -> dict[str, Any]:
     return attrs
 
 
-def trigger_links(run: "Run") -> list[Any] | None:
+def trigger_links(run: "RunResult") -> list[Any] | None:
     """A link from the triggered run's root span to the slow call's span, when it had one."""
     trig = getattr(run, "trigger", None)
     ctx = getattr(trig, "span_context", None)
@@ -219,7 +219,7 @@ def neuron_device_attributes(neuron: dict[str, Any]) -> dict[str, Any]:
 
 
 def emit_run(
-    run: "Run", tracer: Any, mode: str, max_spans: int, parent_context: Any = None, root_name: str | None = None
+    run: "RunResult", tracer: Any, mode: str, max_spans: int, parent_context: Any = None, root_name: str | None = None
 ) -> tuple[str, str, int]:
     """Create the spans of one run. Returns (trace id hex, root span id hex, spans created)."""
     root = tracer.start_span(
@@ -238,7 +238,7 @@ def emit_run(
             {"exception.type": run.error, "exception.message": _cap(run.error_message or "")},
             timestamp=run.end_ns,
         )
-    diagnosis = run._diagnosis
+    diagnosis = run.diagnosis
     for f in diagnosis.findings[:10] if diagnosis is not None else ():  # one event per finding, at the run's end
         root.add_event(
             "neuronscope.finding",
@@ -246,13 +246,13 @@ def emit_run(
              "neuronscope.finding.us_at_stake": round(float(f.us_at_stake), 3), "neuronscope.finding.severity": f.severity},
             timestamp=run.end_ns,
         )
-    summary = run._summary  # not .summary: that waits for processing, which is us
+    summary = run.summary
     if summary is not None and mode == "summary":
         op_contexts: dict[str, list[Any]] = {}
         created += _emit_summary(tracer, root, summary, run.start_ns, run.end_ns, op_contexts)
-        if run.device != "cpu" and run._trace is not None:
+        if run.device != "cpu" and run.trace is not None:
             created += _emit_lanes(tracer, root, run, op_contexts)
-    elif summary is not None and mode == "events" and run._trace is not None:
+    elif summary is not None and mode == "events" and run.trace is not None:
         made, dropped = _emit_events(tracer, root, run, max_spans - 1)
         created += made
         root.set_attribute("neuronscope.spans_dropped", dropped)
@@ -268,11 +268,11 @@ def _child(tracer: Any, parent: Any, name: str, start: int, attrs: dict[str, Any
     )
 
 
-def _emit_lanes(tracer: Any, root: Any, run: "Run", op_contexts: dict[str, list[Any]]) -> int:
+def _emit_lanes(tracer: Any, root: Any, run: "RunResult", op_contexts: dict[str, list[Any]]) -> int:
     from .lanes import MAX_LINKS, lane_aggregates
 
     created = 0
-    for agg in lane_aggregates(run._trace, getattr(run, "_system_events", None)):
+    for agg in lane_aggregates(run.trace, run.device_facts.system_events):
         s = min(max(agg.first_start_ns, run.start_ns), run.end_ns)
         e = min(s + agg.total_ns, run.end_ns)
         links = [trace.Link(ctx) for op in sorted(agg.ops) for ctx in op_contexts.get(op, ())][:MAX_LINKS]
@@ -342,9 +342,9 @@ def _emit_summary(
     return created
 
 
-def _emit_events(tracer: Any, root: Any, run: "Run", budget: int) -> tuple[int, int]:
+def _emit_events(tracer: Any, root: Any, run: "RunResult", budget: int) -> tuple[int, int]:
     """Region occurrences and op executions as they ran; returns (created, left out)."""
-    tr = run._trace
+    tr = run.trace
     assert tr is not None
     kind = tr.kind
     cpu = np.flatnonzero((kind == EventKind.OP) | (kind == EventKind.REGION))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +136,12 @@ def neuron_schedule_gap(ctx: Context) -> list:
 @rule("neuron_explorer")
 def neuron_explorer(ctx: Context) -> list:
     """Neuron Explorer's published insights, computed from its summary by the Neuron backend."""
-    neuron = ctx.facts.get("neuron")
+    return explorer_findings(ctx.facts)
+
+
+def explorer_findings(facts: Any) -> list:
+    """The findings Neuron Explorer's summary gave (``facts["neuron"]["explorer"]["findings"]``)."""
+    neuron = facts.get("neuron")
     explorer = neuron.get("explorer") if isinstance(neuron, dict) else None
     found = explorer.get("findings") if isinstance(explorer, dict) else None
     out = []

@@ -1,0 +1,149 @@
+"""What the stages hand each other: frozen records, each written by one stage only.
+
+    capture ──CaptureFacts──▶ analysis ──Analysis──▶ output ──RunResult──▶ sinks, reports
+                                  │                       │
+                                  └─▶ run.summary,        └─▶ run.path, run.wait()
+                                      run.diagnosis
+
+* :class:`CaptureFacts` — what the capture knew (the OpenTelemetry context current when the
+  profile started, why it was triggered, the device's state at the start and the end).
+* :class:`DeviceFacts` — what the device backend adds after a capture (manifest fields,
+  notes, warnings, the Neuron system profile); returned by ``DeviceBackend.finish_run``.
+* :class:`Analysis` — the analysis worker's product: trace model, summary, diagnosis, memory
+  report, rank profile. ``run.summary`` and ``run.diagnosis`` return as soon as it exists.
+* :class:`RunResult` — everything about one finished run; sinks and reports read only this.
+
+:class:`~neuronscope.Run` is the user's handle: it waits for these and reads them; no stage
+writes another stage's fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .analysis.diagnosis import Diagnosis
+    from .analysis.diff import Explanation
+    from .analysis.memory_model import MemoryReport
+    from .analysis.summary import Summary
+    from ._trigger import Trigger
+    from .trace.model import Trace
+
+__all__ = ["Analysis", "Annotation", "CaptureFacts", "DeviceFacts", "RunResult"]
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """Written by the capture (on the user's thread), read by processing and the sinks."""
+
+    otel_parent: Any = None  #: the OpenTelemetry context current when the profile started
+    trigger: Trigger | None = None  #: why the call was profiled on demand
+    #: device state sampled at the start and the end of the capture (e.g. "neuron_memory_stats")
+    device_start: Mapping[str, Any] = field(default_factory=dict)
+    device_end: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a device backend adds to a run once it is captured."""
+
+    manifest: Mapping[str, Any] = field(default_factory=dict)  #: fields for manifest.json
+    notes: tuple[str, ...] = ()  #: lines for the end of the summary
+    warnings: tuple[str, ...] = ()
+    system_profile: Any = None  #: Neuron's system profile (host lanes, memory and CPU samples)
+    #: the backend's own state for its later ``enrich`` step (Neuron: the artifacts found); not written anywhere
+    handoff: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def system_events(self) -> Any:
+        return getattr(self.system_profile, "events", None)
+
+    def plus(self, other: DeviceFacts) -> DeviceFacts:
+        """These facts with ``other``'s added (an enrichment that ran later)."""
+        return DeviceFacts(
+            manifest={**self.manifest, **other.manifest},
+            notes=self.notes + other.notes,
+            warnings=self.warnings + other.warnings,
+            system_profile=other.system_profile if other.system_profile is not None else self.system_profile,
+        )
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The analysis worker's product for one run."""
+
+    trace: Trace | None  #: None only for a run read back from disk (loaded on demand)
+    summary: Summary | None
+    diagnosis: Diagnosis | None = None
+    memory: MemoryReport | None = None
+    rank_profile: Mapping[str, Any] | None = None  #: rank.json: what ``neuronscope ranks`` compares
+    device: DeviceFacts = field(default_factory=DeviceFacts)
+    warnings: tuple[str, ...] = ()  #: the capture's and the analysis' own
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """What a trigger's hook adds to a run profiled on demand (see capture/triggers.py)."""
+
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    baseline: Path | None = None  #: the run directory of the normal call it is compared with
+    explanation: Explanation | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One finished run, as the sinks and reports see it."""
+
+    name: str
+    device: str
+    status: str
+    start_ns: int
+    end_ns: int
+    error: str | None = None  #: type name of the exception the profiled code raised
+    error_message: str | None = None
+    warnings: tuple[str, ...] = ()
+    analysis: Analysis | None = None  #: None when processing failed before it
+    capture: CaptureFacts = field(default_factory=CaptureFacts)
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+    path: Path | None = None  #: the run directory, once written
+    annotation: Annotation = field(default_factory=Annotation)
+
+    # the parts every reader wants, by name
+    @property
+    def trace(self) -> Trace | None:
+        return self.analysis.trace if self.analysis is not None else None
+
+    @property
+    def summary(self) -> Summary | None:
+        return self.analysis.summary if self.analysis is not None else None
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        return self.analysis.diagnosis if self.analysis is not None else None
+
+    @property
+    def memory(self) -> MemoryReport | None:
+        return self.analysis.memory if self.analysis is not None else None
+
+    @property
+    def device_facts(self) -> DeviceFacts:
+        return self.analysis.device if self.analysis is not None else DeviceFacts()
+
+    @property
+    def trigger(self) -> Trigger | None:
+        return self.capture.trigger
+
+    @property
+    def otel_parent(self) -> Any:
+        return self.capture.otel_parent
+
+    @property
+    def baseline(self) -> Path | None:
+        return self.annotation.baseline
+
+    @property
+    def explanation(self) -> Explanation | None:
+        return self.annotation.explanation

@@ -1,0 +1,129 @@
+"""Where a finished run goes: the :class:`Sink` interface and the sinks in use.
+
+Shaped like OpenTelemetry's ``SpanExporter``: the output worker calls ``export`` with each
+:class:`~neuronscope.result.RunResult`, in order, and ``force_flush`` / ``shutdown`` go
+through :func:`flush` and :func:`shutdown` — one path, one deadline. A sink's failure is
+contained where it is called (logged and counted once); it never reaches the user's code nor
+stops the other sinks.
+
+The sinks, in the order they run (chosen by configuration, :func:`active_sinks`):
+
+* :class:`~neuronscope.sinks.rundir.RunDirectorySink` — summary.json, rank.json and the
+  trace in the run directory (always, when the directory could be made);
+* :class:`~neuronscope.sinks.otel.OtelSink` — spans and pushed metrics, when OpenTelemetry
+  providers are configured;
+* :class:`~neuronscope.sinks.otel.PrometheusSink` — the scrape endpoint's metrics, while
+  one is serving.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..result import RunResult
+
+__all__ = ["CallbackSink", "Sink", "active_sinks", "add_sink", "flush", "remove_sink", "shutdown"]
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """What a destination of finished runs implements."""
+
+    name: str
+
+    def export(self, result: RunResult) -> Mapping[str, Any] | None:
+        """Send one finished run. Returns manifest fields to record (e.g. the trace id), or None."""
+
+    def force_flush(self, timeout_s: float | None) -> bool:
+        """Push out what is buffered; False when ``timeout_s`` ran out first."""
+
+    def shutdown(self) -> None:
+        """Release what the sink holds (providers it built, servers), at exit."""
+
+
+class CallbackSink:
+    """A :class:`Sink` that calls ``fn(result)`` for every finished run (nothing to flush)."""
+
+    def __init__(self, fn: Any, name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__qualname__", repr(fn))
+
+    def export(self, result: RunResult) -> None:
+        self.fn(result)
+
+    def force_flush(self, timeout_s: float | None) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+_extra: list[Sink] = []  # sinks added by code (tests, integrations), after the built-in ones
+_lock = threading.Lock()
+
+
+def add_sink(sink: Sink) -> None:
+    """Also send every finished run to ``sink`` (after the built-in sinks)."""
+    if not isinstance(sink, Sink):
+        from ..errors import ConfigurationError
+
+        raise ConfigurationError(f"add_sink({sink!r}): pass an object with name, export(result), force_flush(timeout_s) and shutdown()")
+    with _lock:
+        if sink not in _extra:
+            _extra.append(sink)
+
+
+def remove_sink(sink: Sink) -> None:
+    with _lock:
+        if sink in _extra:
+            _extra.remove(sink)
+
+
+def active_sinks() -> list[Sink]:
+    """The sinks a run goes to now, in order: the run directory, OpenTelemetry when configured,
+    Prometheus while serving, then any added with :func:`add_sink`."""
+    from .otel import active_otel_sinks
+    from .rundir import RUN_DIRECTORY
+
+    with _lock:
+        extra = list(_extra)
+    return [RUN_DIRECTORY, *active_otel_sinks(), *extra]
+
+
+def _all_sinks() -> list[Sink]:
+    from .otel import all_otel_sinks
+    from .rundir import RUN_DIRECTORY
+
+    with _lock:
+        extra = list(_extra)
+    return [RUN_DIRECTORY, *all_otel_sinks(), *extra]
+
+
+def flush(timeout_s: float | None) -> bool:
+    """``force_flush`` every sink within one deadline; False when any ran out of time."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    ok = True
+    for sink in _all_sinks():
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        ok = _contained(sink, "flush", sink.force_flush, left) is not False and ok
+    return ok
+
+
+def shutdown() -> None:
+    """``shutdown`` every sink (at interpreter exit, after :func:`flush`)."""
+    for sink in _all_sinks():
+        _contained(sink, "shutdown", sink.shutdown)
+
+
+def _contained(sink: Sink, what: str, fn: Any, *args: Any) -> Any:
+    from .. import _stats
+
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - telemetry never raises into user code
+        _stats.contain(f"sink {getattr(sink, 'name', sink)!r} {what}", exc)
+        return False
