@@ -184,7 +184,9 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     tracer = tracer_provider.get_tracer("neuronscope", __version__)
     trace_id, _, _ = _otel.emit_rank_run(result, tracer, mode, settings.max_spans, None)  # a rank's run: its step's trace
     if meter_provider is not None:
-        _otel._record_metrics(result, meter_provider)
+        from .sinks.otel.export import record_metrics
+
+        record_metrics(result, meter_provider)
     _otel.flush_providers(30)
     return trace_id
 

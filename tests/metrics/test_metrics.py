@@ -160,7 +160,8 @@ def test_profile_names_are_bounded_too(reader, xw, monkeypatch):
 
 
 def test_neuron_device_metrics_share_the_profile_name_bound(monkeypatch):
-    from types import SimpleNamespace
+    from neuronscope.result import RunResult
+    from neuronscope.sinks.otel.export import record_neuron_metrics
 
     monkeypatch.setattr(m, "MAX_PROFILE_NAMES", 3)
     m.reset_cardinality()
@@ -168,8 +169,9 @@ def test_neuron_device_metrics_share_the_profile_name_bound(monkeypatch):
     provider = MeterProvider(metric_readers=[reader])
     explorer = {"metrics": {"mfu_percent": 40.0, "total_time_s": 0.5, "hbm_read_bytes": 1024}}
     for i in range(6):
-        run = SimpleNamespace(device="neuron", name=f"request-{i}", manifest={"neuron": {"explorer": explorer}})
-        otel._record_neuron_metrics(run, provider)
+        run = RunResult(name=f"request-{i}", device="neuron", status="complete", start_ns=0, end_ns=0,
+                        manifest={"neuron": {"explorer": explorer}})
+        record_neuron_metrics(run, provider)
     got = {mt.name: mt for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for mt in sm.metrics}
     for name in ("neuronscope.neuron.utilization", "neuronscope.neuron.device_time", "neuronscope.neuron.memory.io"):
         names = {p.attributes["neuronscope.profile.name"] for p in got[name].data.data_points}
