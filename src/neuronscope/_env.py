@@ -58,9 +58,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 BOOL_FORM = "1, true, yes or on (0, false, no or off to turn it off)"
 
-_warned: set[tuple[str, str]] = (
-    set()
-)  # (name, value): each bad value is warned about once
+_warned: set[tuple[str, str]] = set()  # (name, value): each bad value is warned about once
 
 
 def _read(
@@ -83,11 +81,7 @@ def _read(
         raise ConfigurationError(message)
     if (name, raw) not in _warned:
         _warned.add((name, raw))
-        used = (
-            "ignoring it"
-            if default is None
-            else f"using the default ({shown or default})"
-        )
+        used = "ignoring it" if default is None else f"using the default ({shown or default})"
         log.warning("neuronscope: %s; %s", message, used)
     return default
 
@@ -129,9 +123,7 @@ def _int_form(lo: int | None, hi: int | None, note: str) -> str:
 def _float_parser(lo: float | None) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         value = float(raw)
-        if not math.isfinite(value) or (
-            lo is not None and value < lo
-        ):  # inf would wait forever
+        if not math.isfinite(value) or (lo is not None and value < lo):  # inf would wait forever
             raise ValueError(raw)
         return value
 
@@ -204,21 +196,15 @@ def env_float(
     environ: Mapping[str, str] | None = None,
 ) -> float | D:
     """A finite number >= ``min``."""
-    return _read(
-        name, default, _float_parser(min), _float_form(min, unit), lenient, environ
-    )
+    return _read(name, default, _float_parser(min), _float_form(min, unit), lenient, environ)
 
 
-def env_str(
-    name: str, default: D, *, environ: Mapping[str, str] | None = None
-) -> str | D:
+def env_str(name: str, default: D, *, environ: Mapping[str, str] | None = None) -> str | D:
     """The value as text (never malformed); ``default`` when unset or blank."""
     return _read(name, default, str, "text", False, environ)
 
 
-def env_path(
-    name: str, default: D, *, environ: Mapping[str, str] | None = None
-) -> Path | D:
+def env_path(name: str, default: D, *, environ: Mapping[str, str] | None = None) -> Path | D:
     """The value as a path, as given (never malformed); ``default`` when unset or blank."""
     return _read(name, default, Path, "a path", False, environ)
 
@@ -276,9 +262,7 @@ class EnvVar(Generic[T]):
     what: str
     scope: str = "library"  #: "library", "cli" (the neuronscope command) or "testing"
 
-    def get(
-        self, *, lenient: bool = False, environ: Mapping[str, str] | None = None
-    ) -> T:
+    def get(self, *, lenient: bool = False, environ: Mapping[str, str] | None = None) -> T:
         """The value; malformed: ConfigurationError, or with ``lenient`` one warning and the default."""
         return _read(
             self.name,
@@ -308,16 +292,10 @@ def _int_var(
     lo: int = 0,
     note: str = "0 = no limit",
 ) -> EnvVar[int]:
-    return _var(
-        EnvVar(
-            name, default, _int_parser(lo, None), _int_form(lo, None, note), shown, what
-        )
-    )
+    return _var(EnvVar(name, default, _int_parser(lo, None), _int_form(lo, None, note), shown, what))
 
 
-def _bool_var(
-    name: str, default: bool, what: str, scope: str = "library"
-) -> EnvVar[bool]:
+def _bool_var(name: str, default: bool, what: str, scope: str = "library") -> EnvVar[bool]:
     return _var(
         EnvVar(
             name,
@@ -331,9 +309,7 @@ def _bool_var(
     )
 
 
-def _path_var(
-    name: str, default: D, shown: str, what: str, scope: str = "library"
-) -> EnvVar[Path | D]:
+def _path_var(name: str, default: D, shown: str, what: str, scope: str = "library") -> EnvVar[Path | D]:
     return _var(EnvVar[Path | D](name, default, Path, "a path", shown, what, scope))
 
 
@@ -458,9 +434,7 @@ FAKE_EXPLORER_SCHEMA = _var(
 )
 
 
-def check(
-    scopes: Iterable[str] = ("library",), environ: Mapping[str, str] | None = None
-) -> None:
+def check(scopes: Iterable[str] = ("library",), environ: Mapping[str, str] | None = None) -> None:
     """Raise one ConfigurationError naming every malformed variable of ``scopes`` (for the
     user's call path: ``configure()``, decorating a function)."""
     wanted = set(scopes)

@@ -53,8 +53,7 @@ RANK_DIR = re.compile(r"^rank(\d+)$")
 
 PROFILE_HINT = "pass a run directory (holding manifest.json), a Kineto trace.json(.gz) or a directory holding one"
 RANKS_HINT = (
-    "pass a job directory (<output_dir>/<job id>, holding rank0/, rank1/...), "
-    "run directories, or one Kineto trace per rank"
+    "pass a job directory (<output_dir>/<job id>, holding rank0/, rank1/...), run directories, or one Kineto trace per rank"
 )
 
 
@@ -89,9 +88,7 @@ def trace_files_in(directory: Path) -> list[Path]:
     if found is not None:
         return [found]
     files = sorted(
-        p
-        for p in directory.iterdir()
-        if p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and p.is_file()
+        p for p in directory.iterdir() if p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and p.is_file()
     )
     return [p for p in files if "trace" in p.name] or files
 
@@ -111,26 +108,18 @@ def resolve(path: str | os.PathLike[str], *, ranks: bool = False) -> Resolved:
     try:
         return _resolve_dir(p, hint)
     except OSError as exc:
-        raise TraceLoadError(
-            f"{p}: cannot read: {exc.strerror or exc}; {hint}"
-        ) from exc
+        raise TraceLoadError(f"{p}: cannot read: {exc.strerror or exc}; {hint}") from exc
 
 
 def _resolve_dir(p: Path, hint: str) -> Resolved:
     subdirs = sorted(c for c in p.iterdir() if c.is_dir())
     if any(RANK_DIR.match(c.name) for c in subdirs):
         return _job(p, subdirs)
-    jobs = [
-        c
-        for c in subdirs
-        if any(RANK_DIR.match(g.name) and g.is_dir() for g in c.iterdir())
-    ]
+    jobs = [c for c in subdirs if any(RANK_DIR.match(g.name) and g.is_dir() for g in c.iterdir())]
     if len(jobs) == 1:
         return _job(jobs[0], sorted(c for c in jobs[0].iterdir() if c.is_dir()))
     if jobs:
-        raise TraceLoadError(
-            f"{p} holds {len(jobs)} jobs ({_names(jobs)}); pass one of them, e.g. {jobs[-1]}"
-        )
+        raise TraceLoadError(f"{p} holds {len(jobs)} jobs ({_names(jobs)}); pass one of them, e.g. {jobs[-1]}")
     runs = [c for c in subdirs if (c / MANIFEST).is_file()]
     if runs:
         return Resolved("runs", p, tuple(runs))
@@ -147,11 +136,7 @@ def _resolve_dir(p: Path, hint: str) -> Resolved:
 
 def _job(job_dir: Path, subdirs: list[Path]) -> Resolved:
     rank_dirs = [c for c in subdirs if RANK_DIR.match(c.name)]
-    runs = [
-        run
-        for rd in rank_dirs
-        for run in sorted(c for c in rd.iterdir() if (c / MANIFEST).is_file())
-    ]
+    runs = [run for rd in rank_dirs for run in sorted(c for c in rd.iterdir() if (c / MANIFEST).is_file())]
     return Resolved("job", job_dir, tuple(runs))
 
 
@@ -187,7 +172,5 @@ def trace_file(path: str | os.PathLike[str]) -> Path:
     """The one trace file ``path`` names: the file itself, the one a directory holds, a run's."""
     r = resolve_profile(path)
     if r.trace is None:
-        raise TraceLoadError(
-            f"{r.path}: directory holds no trace.json(.gz); was the run saved with save_trace=True?"
-        )
+        raise TraceLoadError(f"{r.path}: directory holds no trace.json(.gz); was the run saved with save_trace=True?")
     return r.trace

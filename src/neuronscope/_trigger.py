@@ -55,7 +55,13 @@ class Trigger:
             v = data.get(k)
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-        return cls(kind=kind, reason=str(data.get("reason", "")), call_ms=num("call_ms"), threshold_ms=num("threshold_ms"), key=data.get("key"))
+        return cls(
+            kind=kind,
+            reason=str(data.get("reason", "")),
+            call_ms=num("call_ms"),
+            threshold_ms=num("threshold_ms"),
+            key=data.get("key"),
+        )
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.reason}"

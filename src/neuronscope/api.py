@@ -270,7 +270,9 @@ def diagnose_memory(source: ProfileSource) -> MemoryReport:
     elif isinstance(source, Trace):
         trace, where = source, "the trace"
     else:
-        raise ConfigurationError(f"diagnose_memory() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
+        raise ConfigurationError(
+            f"diagnose_memory() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}"
+        )
     if trace is None or trace.memory is None or not len(trace.memory) and not trace.memory.oom:
         raise TraceLoadError(
             f"{where}: no [memory] records in this trace; profile with profile_neuron(memory=True) "

@@ -25,13 +25,33 @@ _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 #: a C call: ``<built-in method item of Tensor object at 0x…>``, ``<built-in function len>``
 _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>\w+)")
 #: what the user wrote for a method torch's tracer shows by its dunder name
-_DUNDER = {"__float__": "float", "__int__": "int", "__bool__": "bool", "__len__": "len", "__format__": "format",
-           "__repr__": "repr", "__str__": "str", "__index__": "int", "__array__": "asarray"}
+_DUNDER = {
+    "__float__": "float",
+    "__int__": "int",
+    "__bool__": "bool",
+    "__len__": "len",
+    "__format__": "format",
+    "__repr__": "repr",
+    "__str__": "str",
+    "__index__": "int",
+    "__array__": "asarray",
+}
 _BINOPS: dict[str, tuple[type, ...]] = {
-    "add": (ast.Add,), "sub": (ast.Sub,), "rsub": (ast.Sub,), "mul": (ast.Mult,), "div": (ast.Div,),
-    "true_divide": (ast.Div,), "floor_divide": (ast.FloorDiv,), "remainder": (ast.Mod,), "pow": (ast.Pow,),
-    "matmul": (ast.MatMult,), "mm": (ast.MatMult,), "bmm": (ast.MatMult,), "bitwise_and": (ast.BitAnd,),
-    "bitwise_or": (ast.BitOr,), "bitwise_xor": (ast.BitXor,),
+    "add": (ast.Add,),
+    "sub": (ast.Sub,),
+    "rsub": (ast.Sub,),
+    "mul": (ast.Mult,),
+    "div": (ast.Div,),
+    "true_divide": (ast.Div,),
+    "floor_divide": (ast.FloorDiv,),
+    "remainder": (ast.Mod,),
+    "pow": (ast.Pow,),
+    "matmul": (ast.MatMult,),
+    "mm": (ast.MatMult,),
+    "bmm": (ast.MatMult,),
+    "bitwise_and": (ast.BitAnd,),
+    "bitwise_or": (ast.BitOr,),
+    "bitwise_xor": (ast.BitXor,),
 }
 _COMPARE = {"eq": ast.Eq, "ne": ast.NotEq, "lt": ast.Lt, "le": ast.LtE, "gt": ast.Gt, "ge": ast.GtE}
 #: ops a value read runs, with no Python call of their own under float(t) / int(t) / bool(t)

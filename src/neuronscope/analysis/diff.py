@@ -273,7 +273,13 @@ class Contribution:
         return self.b_us - self.a_us
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "a_us": _r(self.a_us, 3), "b_us": _r(self.b_us, 3), "delta_us": _r(self.delta_us, 3)}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "a_us": _r(self.a_us, 3),
+            "b_us": _r(self.b_us, 3),
+            "delta_us": _r(self.delta_us, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -356,7 +362,8 @@ def _communication_line(comm: dict[str, Any]) -> str:
     return (
         f"communication: exposed {format_us(a['exposed_us'])} -> {format_us(b['exposed_us'])} "
         f"({(b['exposed_us'] - a['exposed_us']) / 1e3:+.3f} ms), collectives {format_us(a['collective_us'])} -> "
-        f"{format_us(b['collective_us'])}, overlapped {a['overlap_pct']:.0f}% -> {b['overlap_pct']:.0f}%" + (f"; {per}" if per else "")
+        f"{format_us(b['collective_us'])}, overlapped {a['overlap_pct']:.0f}% -> {b['overlap_pct']:.0f}%"
+        + (f"; {per}" if per else "")
     )
 
 
@@ -393,7 +400,11 @@ def explain_diff(a: Summary, b: Summary, diag_a: Any, diag_b: Any) -> Explanatio
     ca, cb = _communication_side(diag_a), _communication_side(diag_b)
     communication = {"a": ca, "b": cb} if (ca or cb) else None
     return Explanation(
-        a_us=diag_a.window_us, b_us=diag_b.window_us, contributions=tuple(contributions), steps=steps, regions=regions,
+        a_us=diag_a.window_us,
+        b_us=diag_b.window_us,
+        contributions=tuple(contributions),
+        steps=steps,
+        regions=regions,
         communication=communication,
     )
 
@@ -412,7 +423,13 @@ class MemoryContribution:
         return self.b_bytes - self.a_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "region": self.region, "a_bytes": self.a_bytes, "b_bytes": self.b_bytes, "delta_bytes": self.delta_bytes}
+        return {
+            "op": self.op,
+            "region": self.region,
+            "a_bytes": self.a_bytes,
+            "b_bytes": self.b_bytes,
+            "delta_bytes": self.delta_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -472,13 +489,18 @@ def explain_memory_diff(a: Any, b: Any) -> MemoryExplanation:
         return out
 
     ha, hb = held(a), held(b)
-    contributions = [MemoryContribution(op, region, ha.get((op, region), 0), hb.get((op, region), 0)) for op, region in ha.keys() | hb.keys()]
+    contributions = [
+        MemoryContribution(op, region, ha.get((op, region), 0), hb.get((op, region), 0)) for op, region in ha.keys() | hb.keys()
+    ]
     contributions.sort(key=lambda c: (-abs(c.delta_bytes), c.op, c.region))
     na = {g.name: int(g.net_bytes) for g in a.by_region}
     nb = {g.name: int(g.net_bytes) for g in b.by_region}
     regions = [MemoryContribution("", r, na.get(r, 0), nb.get(r, 0)) for r in na.keys() | nb.keys()]
     regions = sorted((r for r in regions if r.delta_bytes), key=lambda c: (-abs(c.delta_bytes), c.region))[:10]
     return MemoryExplanation(
-        a_bytes=int(a.peak_bytes), b_bytes=int(b.peak_bytes), contributions=tuple(contributions),
-        growth_per_step=(a.growth_per_step_bytes, b.growth_per_step_bytes), by_region=tuple(regions),
+        a_bytes=int(a.peak_bytes),
+        b_bytes=int(b.peak_bytes),
+        contributions=tuple(contributions),
+        growth_per_step=(a.growth_per_step_bytes, b.growth_per_step_bytes),
+        by_region=tuple(regions),
     )

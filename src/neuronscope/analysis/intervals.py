@@ -48,9 +48,7 @@ def complement(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[np
     return gap_s[keep], gap_e[keep]
 
 
-def subtract(
-    start: np.ndarray, end: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def subtract(start: np.ndarray, end: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint sorted intervals minus other disjoint sorted intervals (both from :func:`union`)."""
     if cut_s.size == 0 or start.size == 0:
         return start, end
@@ -66,9 +64,7 @@ def subtract(
     return union(s, e)
 
 
-def overlap_with(
-    qs: np.ndarray, qe: np.ndarray, us: np.ndarray, ue: np.ndarray
-) -> np.ndarray:
+def overlap_with(qs: np.ndarray, qe: np.ndarray, us: np.ndarray, ue: np.ndarray) -> np.ndarray:
     """For each query interval, how much of it disjoint sorted intervals ``[us, ue)`` cover."""
     qs = np.asarray(qs, dtype=np.int64)
     qe = np.asarray(qe, dtype=np.int64)

@@ -56,8 +56,17 @@ def analyse_memory(
     notes: list[str] = []
     oom = _oom_facts(records, error, device)
     if n == 0:
-        report = MemoryReport(device=device, peak_bytes=0, peak_at_ns=0, start_bytes=0, end_bytes=0, growth_bytes=0,
-                              device_facts=facts, oom=oom, notes=("no allocator records: was profile_memory on?",))
+        report = MemoryReport(
+            device=device,
+            peak_bytes=0,
+            peak_at_ns=0,
+            start_bytes=0,
+            end_bytes=0,
+            growth_bytes=0,
+            device_facts=facts,
+            oom=oom,
+            notes=("no allocator records: was profile_memory on?",),
+        )
         return report, _oom_finding(report, [])
     t, b = rec.time_ns, rec.bytes
     is_alloc = b > 0
@@ -168,7 +177,10 @@ def _primary_device(trace: Trace, records: MemoryRecords) -> tuple[str, MemoryRe
     if not accel:
         return ("cpu", records)
     code = max(accel, key=lambda c: int((records.device_type == c).sum()))
-    return (DEVICE_TYPES.get(code, trace.device if trace.device != "cpu" else f"device{code}"), records.select(records.device_type == code))
+    return (
+        DEVICE_TYPES.get(code, trace.device if trace.device != "cpu" else f"device{code}"),
+        records.select(records.device_type == code),
+    )
 
 
 def _user_frames(names: list[str], py_name_ids: np.ndarray) -> dict[int, str]:
@@ -303,7 +315,9 @@ def _group_holders(mask, b, op_id, path_id, src_id, labels, path_names) -> list[
     for u, tb, c in zip(uniq.tolist(), total.tolist(), count.tolist()):
         rest, s = divmod(u, n_lab)
         o, p = divmod(rest, len(path_names))
-        out.append(MemoryHolder(labels[o - 1] if o > 0 else NO_OP, path_names[p], labels[s - 1] if s > 0 else None, int(tb), int(c)))
+        out.append(
+            MemoryHolder(labels[o - 1] if o > 0 else NO_OP, path_names[p], labels[s - 1] if s > 0 else None, int(tb), int(c))
+        )
     return out
 
 
@@ -336,8 +350,10 @@ def neuron_device_report(
     cur = "allocated_bytes.all.current"
     start, end = int(s0.get(cur, 0)), int(s1.get(cur, 0))
     peak_start, peak_end = int(s0.get("allocated_bytes.all.peak", start)), int(s1.get("allocated_bytes.all.peak", end))
-    notes = ["device memory from torch.neuron.memory_stats() at the start and the end of the profile: "
-             "TorchNeuron recorded no device allocations, so nothing is attributed to ops"]
+    notes = [
+        "device memory from torch.neuron.memory_stats() at the start and the end of the profile: "
+        "TorchNeuron recorded no device allocations, so nothing is attributed to ops"
+    ]
     # the allocator's peak is process-wide: it is this window's only when it rose during it
     peak = peak_end if peak_end > peak_start else max(start, end)
     if peak_end <= peak_start:
@@ -351,17 +367,36 @@ def neuron_device_report(
         peak = max(peak, int(table.get("total_bytes") or 0))
     res = s1.get("reserved_bytes.all.peak")
     device_facts = dict(facts)
-    device_facts["host"] = {"peak_bytes": host.peak_bytes, "growth_bytes": host.growth_bytes, "headline": host.headline(),
-                            "at_peak": [h.to_dict() for h in host.at_peak[:5]]}
+    device_facts["host"] = {
+        "peak_bytes": host.peak_bytes,
+        "growth_bytes": host.growth_bytes,
+        "headline": host.headline(),
+        "at_peak": [h.to_dict() for h in host.at_peak[:5]],
+    }
     oom = host.oom
     if table is not None and error:
         failed = table.get("failed_allocation") or {}
-        oom = {"error": error, "device": "neuron", "device_id": table.get("device"), "requested_bytes": failed.get("bytes"),
-               "usage": failed.get("usage"), "where": failed.get("where")}
+        oom = {
+            "error": error,
+            "device": "neuron",
+            "device_id": table.get("device"),
+            "requested_bytes": failed.get("bytes"),
+            "usage": failed.get("usage"),
+            "where": failed.get("where"),
+        }
     report = MemoryReport(
-        device="neuron", peak_bytes=peak, peak_at_ns=end_ns, start_bytes=start, end_bytes=end, growth_bytes=end - start,
-        at_peak=tuple(holders), timeline=((start_ns, start), (end_ns, end)), device_facts=device_facts, oom=oom,
-        peak_reserved_bytes=None if res is None else int(res), notes=tuple(notes),
+        device="neuron",
+        peak_bytes=peak,
+        peak_at_ns=end_ns,
+        start_bytes=start,
+        end_bytes=end,
+        growth_bytes=end - start,
+        at_peak=tuple(holders),
+        timeline=((start_ns, start), (end_ns, end)),
+        device_facts=device_facts,
+        oom=oom,
+        peak_reserved_bytes=None if res is None else int(res),
+        notes=tuple(notes),
     )
     kept = [f for f in host_findings if f.rule not in ("memory_peak", "out_of_memory")]
     return report, kept + _peak(report) + _oom_finding(report, kept)
@@ -442,8 +477,14 @@ class _Ctx:
         out = []
         for i in np.argsort(-total, kind="stable")[:limit].tolist():
             o, p = divmod(int(uniq[i]), len(self.path_names))
-            out.append({"op": self.labels[o - 1] if o > 0 else NO_OP, "region": self.path_names[p],
-                        "bytes": int(total[i]), "count": int(count[i])})
+            out.append(
+                {
+                    "op": self.labels[o - 1] if o > 0 else NO_OP,
+                    "region": self.path_names[p],
+                    "bytes": int(total[i]),
+                    "count": int(count[i]),
+                }
+            )
         return out
 
 
@@ -494,14 +535,25 @@ def _peak(report: MemoryReport) -> list[Finding]:
     share = top.bytes / report.peak_bytes
     where = top.op + (f" in {top.region}" if top.region else "") + (f" ({top.source})" if top.source else "")
     if top.op == BEFORE:
-        advice = ("memory allocated before the profile (weights, optimizer state, caches) dominates: a smaller model "
-                  "or lower-precision weights/optimizer state, or offloading, lowers it")
+        advice = (
+            "memory allocated before the profile (weights, optimizer state, caches) dominates: a smaller model "
+            "or lower-precision weights/optimizer state, or offloading, lowers it"
+        )
     else:
-        advice = ("try activation checkpointing (torch.utils.checkpoint) around this block, a smaller batch, or freeing "
-                  "it earlier (del / out-of-scope) if it is not needed after its last use")
+        advice = (
+            "try activation checkpointing (torch.utils.checkpoint) around this block, a smaller batch, or freeing "
+            "it earlier (del / out-of-scope) if it is not needed after its last use"
+        )
     msg = f"{where} holds {format_bytes(top.bytes)} ({100 * share:.0f}%) of the {format_bytes(report.peak_bytes)} peak: {advice}"
-    evidence = {"bytes": top.bytes, "peak_bytes": report.peak_bytes, "share_pct": round(100 * share, 1), "op": top.op,
-                "region": top.region, "source": top.source, "count": top.count}
+    evidence = {
+        "bytes": top.bytes,
+        "peak_bytes": report.peak_bytes,
+        "share_pct": round(100 * share, 1),
+        "op": top.op,
+        "region": top.region,
+        "source": top.source,
+        "count": top.count,
+    }
     return [Finding("memory_peak", msg, 0.0, evidence, "high" if share >= 0.75 else "medium")]
 
 
@@ -532,7 +584,13 @@ def _churn(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
         f"{who}: reuse buffers (in-place ops, out=, preallocated tensors) or fuse the ops (torch.compile) so the "
         "allocator does not churn"
     )
-    evidence = {"bytes": total, "bytes_per_step": total // n_steps, "allocations": count, "per_step": round(per_step, 1), "top": top}
+    evidence = {
+        "bytes": total,
+        "bytes_per_step": total // n_steps,
+        "allocations": count,
+        "per_step": round(per_step, 1),
+        "top": top,
+    }
     return [Finding("allocator_churn", msg, 0.0, evidence, "medium" if per_step < 100 else "high")]
 
 
@@ -557,8 +615,13 @@ def _oom_finding(report: MemoryReport, found: list[Finding]) -> list[Finding]:
         return []
     holders = [h.to_dict() for h in report.at_peak[:5]]
     top = report.top
-    held = f"; at the peak ({format_bytes(report.peak_bytes)}) {top.op}" + (f" in {top.region}" if top.region else "") + \
-        f" held {format_bytes(top.bytes)}" if top is not None else ""
+    held = (
+        f"; at the peak ({format_bytes(report.peak_bytes)}) {top.op}"
+        + (f" in {top.region}" if top.region else "")
+        + f" held {format_bytes(top.bytes)}"
+        if top is not None
+        else ""
+    )
     table = report.device_facts.get("neuron_oom_table")
     extra = ""
     if isinstance(table, dict) and table.get("categories"):

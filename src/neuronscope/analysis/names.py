@@ -72,7 +72,7 @@ def _nested_name(name: str) -> str | None:
             break
         n = int(m.group(1))
         start = m.end()
-        ident = name[start:start + n]
+        ident = name[start : start + n]
         if len(ident) < n:
             return None
         parts.append("(anonymous namespace)" if ident.startswith("_GLOBAL__N") else ident)
@@ -82,7 +82,7 @@ def _nested_name(name: str) -> str | None:
     if not parts:
         return None
     qualified = "::".join(parts)
-    return qualified + ("<…>" if name[i:i + 1] == "I" else "")
+    return qualified + ("<…>" if name[i : i + 1] == "I" else "")
 
 
 _MAX_LABEL = 100
@@ -133,9 +133,7 @@ def kernel_labels(names: "list[str] | tuple[str, ...]") -> dict[str, str]:
     seen: dict[str, int] = {}
     for label in labels.values():
         seen[label] = seen.get(label, 0) + 1
-    return {
-        n: (f"{d} #{hashlib.sha1(n.encode()).hexdigest()[:6]}" if seen[d] > 1 else d) for n, d in labels.items()
-    }
+    return {n: (f"{d} #{hashlib.sha1(n.encode()).hexdigest()[:6]}" if seen[d] > 1 else d) for n, d in labels.items()}
 
 
 def compiled_functions() -> dict[str, str]:

@@ -74,8 +74,19 @@ COMPARISON_SCHEMA_VERSION = 1
 MAX_COLLECTIVES = 200_000  #: kept per run in rank.json (a long profile of a DDP job has many)
 #: normalised collective kinds
 COLLECTIVE_KINDS = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "barrier",
-    "reduce", "gather", "scatter", "send_recv", "send", "recv", "other",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+    "send_recv",
+    "send",
+    "recv",
+    "other",
 )
 #: kinds every rank leaves together: their ends anchor the clock alignment
 SYMMETRIC_KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
@@ -401,7 +412,9 @@ class RankComparison:
                     f"ends scatters {format_us(rng)} across its ranks ({spread})"
                 )
             else:
-                lines.append(f"clock skew between hosts: {format_us(skew)} (from {c.get('anchors', 0)} collective ends; {spread})")
+                lines.append(
+                    f"clock skew between hosts: {format_us(skew)} (from {c.get('anchors', 0)} collective ends; {spread})"
+                )
         else:
             lines.append(f"clock skew: not estimated ({self.clock.get('reason', 'no collectives')})")
         return lines
@@ -483,17 +496,13 @@ def compare_rank_runs(
     runs = _latest_launch(runs, warnings)
     ranks = sorted({r.rank for r in runs})
     if len(ranks) < 2:
-        raise TraceLoadError(
-            f"found runs of {len(ranks)} rank ({ranks}) under {source}: compare_ranks needs two or more"
-        )
+        raise TraceLoadError(f"found runs of {len(ranks)} rank ({ranks}) under {source}: compare_ranks needs two or more")
     # the profile name to compare: present on every rank, most runs
     names_by_rank = [{r.name for r in runs if r.rank == k} for k in ranks]
     common = set.intersection(*names_by_rank)
     if name is not None:
         if name not in common:
-            raise TraceLoadError(
-                f"no profile named {name!r} on every rank; profiles on every rank: {sorted(common) or 'none'}"
-            )
+            raise TraceLoadError(f"no profile named {name!r} on every rank; profiles on every rank: {sorted(common) or 'none'}")
         chosen = name
     else:
         if not common:
@@ -536,10 +545,17 @@ def _steps_of(run: RankRun, key: tuple[int, int], use_substeps: bool) -> list[_S
         out = []
         for i, (s, e) in enumerate(zip(steps["start_ns"], steps["end_ns"])):
             sel = (cstart >= s) & (cstart < e)
-            out.append(_Step(
-                f"{label}.{i}", int(s), int(e), {k: float(steps[k][i]) if k in steps else 0.0 for k in parts_keys},
-                [k for k, m in zip(kinds, sel.tolist()) if m], cstart[sel], cend[sel],
-            ))
+            out.append(
+                _Step(
+                    f"{label}.{i}",
+                    int(s),
+                    int(e),
+                    {k: float(steps[k][i]) if k in steps else 0.0 for k in parts_keys},
+                    [k for k, m in zip(kinds, sel.tolist()) if m],
+                    cstart[sel],
+                    cend[sel],
+                )
+            )
         return out
     lo, hi = (prof.get("window_ns") or [run.start_ns, run.end_ns])[:2]
     window = prof.get("window") or {}
@@ -582,7 +598,9 @@ def _match_collectives(
     return S, E, np.asarray(step_of, dtype=np.int64), kind_of
 
 
-def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[str], other_names: tuple[str, ...]) -> RankComparison:
+def _compare(
+    name: str, ranks: list[int], runs: list[RankRun], warnings: list[str], other_names: tuple[str, ...]
+) -> RankComparison:
     per_rank = {k: _keyed([r for r in runs if r.rank == k]) for k in ranks}
     keys = sorted(set.intersection(*(set(d) for d in per_rank.values())))
     missing = {k: len(d) - len(keys) for k, d in per_rank.items() if len(d) > len(keys)}
@@ -592,7 +610,9 @@ def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[st
             + ", ".join(f"rank {k}: {n}" for k, n in missing.items())
         )
     if not keys:
-        raise TraceLoadError(f"no run of {name!r} was profiled on every rank; profile the same calls on every rank (every=N, or seed=)")
+        raise TraceLoadError(
+            f"no run of {name!r} was profiled on every rank; profile the same calls on every rank (every=N, or seed=)"
+        )
     no_profile = sorted({k for k, d in per_rank.items() for key in keys if d[key].profile is None})
     if no_profile:
         warnings.append(
@@ -645,17 +665,29 @@ def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[st
         busy = [r.busy_pct for r in rs if r.busy_pct is not None]
         windows = [max(r.end_ns - r.start_ns, 1) for r in rs if r.busy_pct is not None]
         origin = rs[0].origin or rs[0].path
-        rows.append(RankRow(
-            rank=k, host=rs[0].host, local_rank=rs[0].local_rank, path=None if origin is None else str(origin),
-            runs=len(rs), steps=n_steps, step_p50_us=_median(wall[i]), step_max_us=float(wall[i].max()),
-            device_busy_pct=float(np.average(busy, weights=windows)) if busy else 0.0,
-            collective_us=_median(parts["collective"][i]), collective_wait_us=_median(wait[i]),
-            compute_us=_median(parts["compute"][i]), host_us=_median(parts["host"][i]), data_us=_median(parts["data"][i]),
-            compile_us=_median(parts["compile"][i]), late_us=float(med_late[i]),
-            last_arrival_pct=round(100.0 * float(last_count[i]) / C, 2) if C else 0.0,
-            clock_offset_us=clock["offsets_us"].get(k) if C else None,
-            exposed_us=_median(parts["exposed"][i]),
-        ))
+        rows.append(
+            RankRow(
+                rank=k,
+                host=rs[0].host,
+                local_rank=rs[0].local_rank,
+                path=None if origin is None else str(origin),
+                runs=len(rs),
+                steps=n_steps,
+                step_p50_us=_median(wall[i]),
+                step_max_us=float(wall[i].max()),
+                device_busy_pct=float(np.average(busy, weights=windows)) if busy else 0.0,
+                collective_us=_median(parts["collective"][i]),
+                collective_wait_us=_median(wait[i]),
+                compute_us=_median(parts["compute"][i]),
+                host_us=_median(parts["host"][i]),
+                data_us=_median(parts["data"][i]),
+                compile_us=_median(parts["compile"][i]),
+                late_us=float(med_late[i]),
+                last_arrival_pct=round(100.0 * float(last_count[i]) / C, 2) if C else 0.0,
+                clock_offset_us=clock["offsets_us"].get(k) if C else None,
+                exposed_us=_median(parts["exposed"][i]),
+            )
+        )
 
     straggler = None
     cand = int(np.argmax(med_late))
@@ -679,8 +711,12 @@ def _compare(name: str, ranks: list[int], runs: list[RankRun], warnings: list[st
         k: {
             "steps": [(st.start_ns - int(delta[i]), st.end_ns - int(delta[i])) for st in steps[k]],
             "collectives": (
-                [(int(s) - int(delta[i]), int(e) - int(delta[i]), kd, float(wt)) for s, e, kd, wt in zip(S[i], E[i], kind_of, (E[i] - S[i]) - (E - S).min(axis=0))]
-                if C else []
+                [
+                    (int(s) - int(delta[i]), int(e) - int(delta[i]), kd, float(wt))
+                    for s, e, kd, wt in zip(S[i], E[i], kind_of, (E[i] - S[i]) - (E - S).min(axis=0))
+                ]
+                if C
+                else []
             ),
         }
         for i, k in enumerate(ranks)
@@ -741,7 +777,9 @@ def _noise(
     return noise, max(threshold, noise), float(np.mean(cand_late >= threshold)) >= STRAGGLER_CONSISTENT_SHARE
 
 
-def _clock(ranks: list[int], hosts: list[str], S: np.ndarray, E: np.ndarray, kinds: list[str]) -> tuple[dict[str, Any], np.ndarray]:
+def _clock(
+    ranks: list[int], hosts: list[str], S: np.ndarray, E: np.ndarray, kinds: list[str]
+) -> tuple[dict[str, Any], np.ndarray]:
     """Clock offsets (ns, by rank position) from the ends of the matched symmetric collectives.
 
     Ranks on one host read one clock: they share one offset (the median of their estimates),
@@ -750,7 +788,12 @@ def _clock(ranks: list[int], hosts: list[str], S: np.ndarray, E: np.ndarray, kin
     """
     R, C = S.shape
     if not C:
-        return {"method": "none", "reason": "no collectives matched across ranks", "offsets_us": {}, "max_skew_us": None}, np.zeros(R)
+        return {
+            "method": "none",
+            "reason": "no collectives matched across ranks",
+            "offsets_us": {},
+            "max_skew_us": None,
+        }, np.zeros(R)
     anchors = np.array([kd in SYMMETRIC_KINDS for kd in kinds])
     if not anchors.any():
         anchors = np.ones(C, dtype=bool)
@@ -787,13 +830,25 @@ def _clock(ranks: list[int], hosts: list[str], S: np.ndarray, E: np.ndarray, kin
 
 
 def _straggler(
-    ranks: list[int], i: int, med_late: np.ndarray, last_share: np.ndarray, parts: dict[str, np.ndarray],
-    wait: np.ndarray, median_step: float, threshold: float,
+    ranks: list[int],
+    i: int,
+    med_late: np.ndarray,
+    last_share: np.ndarray,
+    parts: dict[str, np.ndarray],
+    wait: np.ndarray,
+    median_step: float,
+    threshold: float,
 ) -> Straggler:
     from .text import format_us
 
     others = [j for j in range(len(ranks)) if j != i]
-    series = {"compute": parts["compute"], "host": parts["host"], "data": parts["data"], "compile": parts["compile"], "collective_wait": wait}
+    series = {
+        "compute": parts["compute"],
+        "host": parts["host"],
+        "data": parts["data"],
+        "compile": parts["compile"],
+        "collective_wait": wait,
+    }
     deltas = {c: _median(series[c][i] - np.median(series[c][others], axis=0)) for c in CAUSES}
     cause, cause_us = max(deltas.items(), key=lambda kv: kv[1])
     if cause_us <= 0:
@@ -817,7 +872,13 @@ def _straggler(
         f"({pct:.0f}% of the step); {why}; the other ranks wait {format_us(others_wait)} per step in collectives"
     )
     return Straggler(
-        rank=ranks[i], late_us=late, late_pct_of_step=pct, last_share_pct=100.0 * float(last_share[i]), cause=cause,
-        cause_us=float(cause_us), deltas_us=deltas, others_wait_us=others_wait, message=message,
+        rank=ranks[i],
+        late_us=late,
+        late_pct_of_step=pct,
+        last_share_pct=100.0 * float(last_share[i]),
+        cause=cause,
+        cause_us=float(cause_us),
+        deltas_us=deltas,
+        others_wait_us=others_wait,
+        message=message,
     )
-

@@ -216,9 +216,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     labels.update(kernel_labels([r.name for r in root.rows if r.name.startswith("_Z")]))
     if labels:
         regions = {p: replace(r, labels=labels) for p, r in regions.items()}
-    return replace(
-        root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels
-    )
+    return replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels)
 
 
 @dataclass

@@ -250,7 +250,10 @@ def _expire(req: ArmRequest) -> None:
     _stats.record("arm_expired")
     log.info(
         "neuronscope: arm request %d expired after %.0f s with %d of %d call(s) profiled",
-        req.id, req.timeout_s, len(req._runs) + req._inflight, req.calls,
+        req.id,
+        req.timeout_s,
+        len(req._runs) + req._inflight,
+        req.calls,
     )
     _changed.notify_all()
 

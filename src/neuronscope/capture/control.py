@@ -301,8 +301,11 @@ def handle(line: bytes) -> dict[str, Any]:
             from .. import _config
 
             if not _config.is_enabled():  # the kill switch wins: say so rather than let the client wait
-                return {"ok": False, "error": "neuronscope is disabled in this process (configure(enabled=False) or "
-                        "NEURONSCOPE_DISABLED=1): nothing would be profiled"}
+                return {
+                    "ok": False,
+                    "error": "neuronscope is disabled in this process (configure(enabled=False) or "
+                    "NEURONSCOPE_DISABLED=1): nothing would be profiled",
+                }
             if len(arming.pending()) >= MAX_PENDING_FROM_CLIENTS:
                 return {"ok": False, "error": f"already {MAX_PENDING_FROM_CLIENTS} arm requests pending; wait or disarm"}
             r = arming._arm(req.get("calls", 1), req.get("name"), req.get("timeout_s", 600.0), "neuronscope arm")
@@ -385,7 +388,8 @@ def ensure_started() -> None:
                 log.warning(
                     "neuronscope: no control channel for `neuronscope arm` (%s); ns.arm() still works. "
                     "Set %s to a private directory, or NEURONSCOPE_CONTROL=0 to silence this.",
-                    exc, CONTROL_DIR_ENV,
+                    exc,
+                    CONTROL_DIR_ENV,
                 )
 
 
@@ -436,7 +440,7 @@ atexit.register(stop)
 
 # -- client (the CLI) -------------------------------------------------------------------------
 def _pid_state(pid: int) -> str:
-    """"alive", "dead" or "other-user"."""
+    """ "alive", "dead" or "other-user"."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -39,8 +39,14 @@ def segment_records(seg: Any, raw_dir: Path | None = None) -> MemoryRecords:
     if path is not None:
         try:
             # read in chunks straight from the file: no copy of the whole trace in memory
-            return records_from_kineto_json(path, trace.start_ns[rows], trace.thread[rows], base_ns=None,
-                                            default_base_ns=int(trace.base_time_ns), oom_events=ooms)
+            return records_from_kineto_json(
+                path,
+                trace.start_ns[rows],
+                trace.thread[rows],
+                base_ns=None,
+                default_base_ns=int(trace.base_time_ns),
+                oom_events=ooms,
+            )
         except (OSError, ValueError) as exc:
             log.info("neuronscope: memory records not read from %s (%s); reading torch's event tree", path, exc)
     if seg.results is None:

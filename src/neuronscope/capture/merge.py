@@ -160,4 +160,7 @@ def _nested_captures(trace: Trace, name_of: np.ndarray, own_serial: int) -> tupl
 
 def _has_inner_markers(trace: Trace, own_serial: int) -> bool:
     own = f"{MARKER_CAPTURE}#{own_serial}:"
-    return any(n.startswith(MARKER_CAPTURE) and not n.startswith(own) and not n.startswith(f"{MARKER_CAPTURE_END}#{own_serial}:") for n in trace.names)
+    return any(
+        n.startswith(MARKER_CAPTURE) and not n.startswith(own) and not n.startswith(f"{MARKER_CAPTURE_END}#{own_serial}:")
+        for n in trace.names
+    )

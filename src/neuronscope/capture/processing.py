@@ -114,8 +114,13 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
         memory, diagnosis = _memory(run, trace, segments, diagnosis, options, warnings)
     rank_profile = _rank_profile(run, trace, options, warnings) if "rank" in options.extra_manifest else None
     analysis = Analysis(
-        trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank_profile,
-        device=device, warnings=tuple(warnings),
+        trace=trace,
+        summary=summary,
+        diagnosis=diagnosis,
+        memory=memory,
+        rank_profile=rank_profile,
+        device=device,
+        warnings=tuple(warnings),
     )
     run._publish_analysis(analysis)
     return analysis
@@ -139,7 +144,9 @@ def _diagnose(run: Run, trace: Any, summary: Any, device: DeviceFacts, options: 
         return None
 
 
-def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions, warnings: list[str]) -> tuple[Any, Any]:
+def _memory(
+    run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions, warnings: list[str]
+) -> tuple[Any, Any]:
     """The memory stage: (``run.memory``, the diagnosis with the memory findings appended)."""
     try:
         from ..analysis.memory import analyse_memory, neuron_device_report
@@ -156,11 +163,18 @@ def _memory(run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: 
         report, findings = analyse_memory(trace, records, steps=_step_bounds(diagnosis), error=run.error, device_facts=facts)
         if report.device != run.device and facts:
             # no device allocator records: the device's own totals (and OOM table) make the report
-            report, findings = neuron_device_report(report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns)
+            report, findings = neuron_device_report(
+                report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns
+            )
         if not len(records) and any(seg.all_threads for seg in segments):
             # torch (2.x) records no [memory] events in a profile_all_threads session
-            report = replace(report, notes=("no allocator records: torch records none when it profiles every thread "
-                                            "(all_threads=True); profile one thread to record memory",))
+            report = replace(
+                report,
+                notes=(
+                    "no allocator records: torch records none when it profiles every thread "
+                    "(all_threads=True); profile one thread to record memory",
+                ),
+            )
         if diagnosis is not None:
             diagnosis = replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
         return report, diagnosis
@@ -192,7 +206,9 @@ def _rank_profile(run: Run, trace: Any, options: ProcessOptions, warnings: list[
 
 
 # -- stage 2: output --------------------------------------------------------------------------------
-def write_out(run: Run, segments: list[Any], analysis: Analysis, run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
+def write_out(
+    run: Run, segments: list[Any], analysis: Analysis, run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions
+) -> None:
     """Enrichment, the run directory and every sink; then the Kineto results are released."""
     where: Path | None = None
     try:
@@ -205,9 +221,18 @@ def write_out(run: Run, segments: list[Any], analysis: Analysis, run_dir: Path |
         annotation = _annotation(run, analysis, options, warnings)
         status = RunStatus.ERROR if run.error else RunStatus.COMPLETE
         result = RunResult(
-            name=run.name, device=run.device, status=status, start_ns=run.start_ns, end_ns=run.end_ns,
-            error=run.error, error_message=run.error_message, analysis=analysis, capture=run.capture,
-            path=where, annotation=annotation, warnings=tuple(warnings),
+            name=run.name,
+            device=run.device,
+            status=status,
+            start_ns=run.start_ns,
+            end_ns=run.end_ns,
+            error=run.error,
+            error_message=run.error_message,
+            analysis=analysis,
+            capture=run.capture,
+            path=where,
+            annotation=annotation,
+            warnings=tuple(warnings),
             manifest=_manifest(run, analysis, annotation, segments, options, status, warnings),
         )
         result = _export(result, segments, options)
@@ -256,8 +281,15 @@ def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings:
         return Annotation()
 
 
-def _manifest(run: Run, analysis: Analysis, annotation: Annotation, segments: list[Any], options: ProcessOptions,
-              status: str, warnings: list[str]) -> dict[str, Any]:
+def _manifest(
+    run: Run,
+    analysis: Analysis,
+    annotation: Annotation,
+    segments: list[Any],
+    options: ProcessOptions,
+    status: str,
+    warnings: list[str],
+) -> dict[str, Any]:
     trigger: dict[str, Any] = {"trigger": run.capture.trigger.to_dict()} if run.capture.trigger is not None else {}
     manifest = base_manifest(
         name=run.name,
@@ -299,8 +331,11 @@ def _export(result: RunResult, segments: list[Any], options: ProcessOptions) -> 
             if sink is RUN_DIRECTORY:
                 if result.path is None:
                     continue
-                added = RUN_DIRECTORY.write(result, segments, RunDirectoryOptions(options.save_trace, options.extra_manifest,
-                                                                                  options.memory, options.backend))
+                added = RUN_DIRECTORY.write(
+                    result,
+                    segments,
+                    RunDirectoryOptions(options.save_trace, options.extra_manifest, options.memory, options.backend),
+                )
             else:
                 added = sink.export(result)
         except OSError as exc:
@@ -337,4 +372,3 @@ def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> No
         mark_complete(run_dir)
     release_segments(segments)
     run._finish(RunStatus.FAILED)
-

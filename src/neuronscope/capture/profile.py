@@ -117,7 +117,7 @@ class ProfileNeuron:
             if not isinstance(value, bool):
                 raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
         if memory not in (True, False, "history"):
-            raise ConfigurationError(f"profile_neuron(memory={memory!r}): use True, False or \"history\" (CUDA allocator history)")
+            raise ConfigurationError(f'profile_neuron(memory={memory!r}): use True, False or "history" (CUDA allocator history)')
         #: the memory stage: None (off), "on", or "history"; profile_memory=True implies "on"
         self.memory = "history" if memory == "history" else ("on" if (memory or profile_memory) else None)
         if self.memory:
@@ -482,16 +482,22 @@ class _Capture:
         try:
             self._backend.on_trace_ready(prof, self._raw_dir)
         except Exception as exc:  # noqa: BLE001
-            _stats.contain("device exporter", exc, name=self.name, warnings=self.run.warn if self.run is not None else None,
-                           exc_info=False)
+            _stats.contain(
+                "device exporter", exc, name=self.name, warnings=self.run.warn if self.run is not None else None, exc_info=False
+            )
 
     def stop_failed(self) -> None:
         _stats.contain("stopping the profiler", sys.exc_info()[1] or RuntimeError("unknown"), name=self.name)
 
     def resume_failed(self, exc: BaseException) -> None:
         # the run keeps what it recorded; its time after the nested profile is missing
-        _stats.contain("resuming after a nested profile", exc, name=self.name,
-                       warnings=self.run.warn if self.run is not None else None, exc_info=False)
+        _stats.contain(
+            "resuming after a nested profile",
+            exc,
+            name=self.name,
+            warnings=self.run.warn if self.run is not None else None,
+            exc_info=False,
+        )
 
     def step(self) -> None:
         if self._prof is not None:

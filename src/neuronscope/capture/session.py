@@ -35,7 +35,6 @@ import torch
 from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
 
-
 class Client(Protocol):
     """What the session needs of an open capture; capture/profile.py's ``_Capture`` is one.
     The session calls only these, so it never imports the profile (which imports it)."""
@@ -58,6 +57,7 @@ class Client(Protocol):
 
     def resume_failed(self, exc: BaseException) -> None:
         """Restarting the session for this capture (after an inner one) raised ``exc``."""
+
 
 __all__ = [
     "FOREIGN",
@@ -86,7 +86,6 @@ NEST = _Outcome("NEST")  #: inside an open capture: the session yields to the ne
 JOIN = _Outcome("JOIN")  #: inside a scheduled capture (whose windows cannot be split): record as a region
 OTHER_THREAD = _Outcome("OTHER_THREAD")  #: a thread-local session runs on another thread: unprofiled
 FOREIGN = _Outcome("FOREIGN")  #: someone else's torch.profiler runs: record as a region of theirs
-
 
 
 @dataclass

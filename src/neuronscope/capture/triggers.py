@@ -89,7 +89,9 @@ class SlowCalls:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigurationError(f"SlowCalls({arg}={value!r}): use an int >= {low}")
         if key is not None and not callable(key):
-            raise ConfigurationError("SlowCalls(key=...): pass a callable taking the call's arguments, e.g. lambda x: x.shape[0] > 512")
+            raise ConfigurationError(
+                "SlowCalls(key=...): pass a callable taking the call's arguments, e.g. lambda x: x.shape[0] > 512"
+            )
         self.quantile = float(quantile)
         self.slo_ms = None if slo_ms is None else float(slo_ms)
         self.min_calls = min_calls
@@ -103,8 +105,7 @@ class SlowCalls:
     def __repr__(self) -> str:
         opts = f"quantile={self.quantile}" if self.slo_ms is None else f"slo_ms={self.slo_ms}"
         key = ", key=..." if self.key is not None else ""
-        return (f"SlowCalls({opts}, min_calls={self.min_calls}, capture={self.capture}, "
-                f"max_per_hour={self.max_per_hour}{key})")
+        return f"SlowCalls({opts}, min_calls={self.min_calls}, capture={self.capture}, max_per_hour={self.max_per_hour}{key})"
 
 
 def _bucket_upper_ns(index: int) -> int:
@@ -320,7 +321,9 @@ class _TriggerState:
     def annotate_baseline(capture: Any) -> Callable[[Analysis], Annotation]:
         def annotate(analysis: Analysis) -> Annotation:
             call_ns = capture.call_ns
-            return Annotation(manifest={"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)})
+            return Annotation(
+                manifest={"trigger_role": "baseline", "call_ms": None if call_ns is None else round(call_ns / 1e6, 3)}
+            )
 
         return annotate
 
@@ -520,4 +523,3 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
 
     sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
     return type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper
-

@@ -58,7 +58,22 @@ def load_source(path: str) -> Source:
 
 def op_json(r: OpStats) -> dict[str, Any]:
     d = asdict(r)
-    return {k: d[k] for k in ("name", "calls", "self_device_time_us", "device_time_us", "device_pct", "self_cpu_time_us", "cpu_time_us", "first_start_ns", "last_end_ns", "compile", "compile_time_us")}
+    return {
+        k: d[k]
+        for k in (
+            "name",
+            "calls",
+            "self_device_time_us",
+            "device_time_us",
+            "device_pct",
+            "self_cpu_time_us",
+            "cpu_time_us",
+            "first_start_ns",
+            "last_end_ns",
+            "compile",
+            "compile_time_us",
+        )
+    }
 
 
 def source_json(src: Source) -> dict[str, Any]:

@@ -21,8 +21,13 @@ POLL_S = 0.2
 @click.option("--calls", "-n", type=click.IntRange(1, 10_000), default=1, show_default=True, help="Calls to profile.")
 @click.option("--name", default=None, metavar="NAME", help="Only calls of the profile with this name (default: any).")
 @click.option(
-    "--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600), default=600.0,
-    show_default=True, metavar="S", help="Drop the request if the calls have not happened within S seconds.",
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
+    default=600.0,
+    show_default=True,
+    metavar="S",
+    help="Drop the request if the calls have not happened within S seconds.",
 )
 @click.option("--wait", "wait", is_flag=True, help="Wait until the runs are written; print their run directories.")
 @click.option("--list", "list_", is_flag=True, help="List this user's neuronscope processes on this host.")

@@ -14,13 +14,25 @@ from ._group import Failure, cli
 
 @cli.command("ranks")
 @click.argument("paths", metavar="DIR...", nargs=-1, required=True)
-@click.option("--name", default=None, help="The profile to compare, when the job has several (default: the one with the most steps).")
+@click.option(
+    "--name", default=None, help="The profile to compare, when the job has several (default: the one with the most steps)."
+)
 @click.option("--steps", "show_steps", is_flag=True, help="Add the per-step table (wall time per rank, who arrived last).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema below) instead of tables.")
-@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None, help="Also write the per-rank lane view as HTML here.")
+@click.option(
+    "--html", "html_out", type=click.Path(dir_okay=False), default=None, help="Also write the per-rank lane view as HTML here."
+)
 @click.option("--fail-on-straggler", is_flag=True, help="Exit 1 when a straggler is found (a CI gate).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Read this many ranks at once, in a local process pool (default: the number of cores; 1: in this process).")
-@click.option("--skip-bad", is_flag=True, help="Leave out a truncated or corrupt file with a warning naming it, instead of failing.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Read this many ranks at once, in a local process pool (default: the number of cores; 1: in this process).",
+)
+@click.option(
+    "--skip-bad", is_flag=True, help="Leave out a truncated or corrupt file with a warning naming it, instead of failing."
+)
 def ranks(
     paths: tuple[str, ...],
     name: str | None,

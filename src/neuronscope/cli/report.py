@@ -22,7 +22,15 @@ from ._group import Failure, cli
     help="Where to write the HTML file.",
 )
 @click.option("--title", default=None, help="Page title (default: the run names).")
-@click.option("--top", "-n", type=click.IntRange(min=0), default=30, show_default=True, metavar="N", help="Ops drawn in the bar charts (0 = all; tables list all).")
+@click.option(
+    "--top",
+    "-n",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    metavar="N",
+    help="Ops drawn in the bar charts (0 = all; tables list all).",
+)
 def report(path: str, path_b: str | None, output: str, title: str | None, top: int) -> None:
     """Write a self-contained HTML report of a run (or of A vs B, given two).
 
@@ -48,11 +56,12 @@ def report(path: str, path_b: str | None, output: str, title: str | None, top: i
     b = load_source(path_b) if path_b is not None else None
     target = Path(output)
     if target.is_dir():
-        raise click.BadParameter(f"{target} is a directory; give a file name such as {target / 'report.html'}", param_hint="'--output'")
+        raise click.BadParameter(
+            f"{target} is a directory; give a file name such as {target / 'report.html'}", param_hint="'--output'"
+        )
     try:
         written = write_html(a, target, b, title=title, top=top)
     except OSError as exc:
         raise Failure(f"{target}: cannot write the report: {exc.strerror or exc}; choose another --output") from exc
     size = written.stat().st_size
     click.echo(f"wrote {written} ({size / 1e3:,.1f} kB)", err=True)
-

@@ -56,17 +56,72 @@ def _apply_run_options(opts: RunOptions) -> None:
     "run",
     context_settings={"allow_interspersed_args": False},  # everything after SCRIPT is the script's
 )
-@click.option("--output-dir", type=click.Path(file_okay=False), default=None, help="Where the run directory goes (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs).")
-@click.option("--output", "-o", "output_file", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE", help="Write the summary to FILE instead of stdout.")
-@click.option("--device", "-d", type=click.Choice(_DEVICES), default="auto", show_default=True, help="Device to profile; auto prefers neuron, then cuda, then cpu.")
-@click.option("--module", "-m", "as_module", is_flag=True, help="SCRIPT is a module name to run like `python -m` (e.g. -m mypkg.train).")
-@click.option("--top", "-n", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="Ops in the summary printed at the end (0 = all).")
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the run directory goes (default: $NEURONSCOPE_OUTPUT_DIR or ./neuronscope-runs).",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output_file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    metavar="FILE",
+    help="Write the summary to FILE instead of stdout.",
+)
+@click.option(
+    "--device",
+    "-d",
+    type=click.Choice(_DEVICES),
+    default="auto",
+    show_default=True,
+    help="Device to profile; auto prefers neuron, then cuda, then cpu.",
+)
+@click.option(
+    "--module", "-m", "as_module", is_flag=True, help="SCRIPT is a module name to run like `python -m` (e.g. -m mypkg.train)."
+)
+@click.option(
+    "--top",
+    "-n",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    metavar="N",
+    help="Ops in the summary printed at the end (0 = all).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary at the end (the run directory is still written).")
-@click.option("--op-spans", type=click.Choice(("summary", "events", "none")), default=None, help="OpenTelemetry span mode (default summary; see docs/opentelemetry.md).")
-@click.option("--otlp-endpoint", metavar="URL", default=None, help="Send spans and metrics to this OTLP endpoint (OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf).")
-@click.option("--memory", "memory", flag_value="on", default=None, help="Also record memory: the peak, who holds it, growth per step (run.memory; see docs/memory.md). Profiles the main thread only: torch records no allocations when it follows every thread.")
-@click.option("--memory-history", "memory", flag_value="history", help="--memory, plus the CUDA allocator history as memory_snapshot.pickle (open it at pytorch.org/memory_viz).")
-@click.option("--neuron-inspect", is_flag=True, help="Whole-program capture by the Neuron runtime (NEURON_RT_INSPECT_*) in a child process, instead of torch.profiler.")
+@click.option(
+    "--op-spans",
+    type=click.Choice(("summary", "events", "none")),
+    default=None,
+    help="OpenTelemetry span mode (default summary; see docs/opentelemetry.md).",
+)
+@click.option(
+    "--otlp-endpoint",
+    metavar="URL",
+    default=None,
+    help="Send spans and metrics to this OTLP endpoint (OTEL_EXPORTER_OTLP_PROTOCOL picks grpc or http/protobuf).",
+)
+@click.option(
+    "--memory",
+    "memory",
+    flag_value="on",
+    default=None,
+    help="Also record memory: the peak, who holds it, growth per step (run.memory; see docs/memory.md). Profiles the main thread only: torch records no allocations when it follows every thread.",
+)
+@click.option(
+    "--memory-history",
+    "memory",
+    flag_value="history",
+    help="--memory, plus the CUDA allocator history as memory_snapshot.pickle (open it at pytorch.org/memory_viz).",
+)
+@click.option(
+    "--neuron-inspect",
+    is_flag=True,
+    help="Whole-program capture by the Neuron runtime (NEURON_RT_INSPECT_*) in a child process, instead of torch.profiler.",
+)
 @click.argument("script", metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
 def run(
@@ -111,7 +166,10 @@ def run(
         # torch records no allocator records when it profiles all threads (torch 2.x), so with
         # --memory the profile follows the script's main thread only
         profile = ns.profile_neuron(
-            name=name, output_dir=output_dir, device=device, all_threads=memory is None,
+            name=name,
+            output_dir=output_dir,
+            device=device,
+            all_threads=memory is None,
             memory={"on": True, "history": "history"}.get(memory or "", False),
         )
     except ns.DeviceUnavailableError as exc:
@@ -170,10 +228,12 @@ def _run_neuron_inspect(target: str, as_module: bool, args: list[str], name: str
     dropped = parse_dropped_events(child_stderr) or explorer.dropped
     if dropped is not None:
         neuron["dropped_events"] = dropped.to_dict()
-        warnings.append(dropped.problem(
-            "raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC (default 1,000,000), filter with "
-            "NEURON_RT_INSPECT_EVENT_FILTER_NC / _TYPE, or profile a shorter run"
-        ))
+        warnings.append(
+            dropped.problem(
+                "raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC (default 1,000,000), filter with "
+                "NEURON_RT_INSPECT_EVENT_FILTER_NC / _TYPE, or profile a shorter run"
+            )
+        )
     manifest = base_manifest(
         name=name,
         device="neuron",
@@ -362,8 +422,9 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
         try:
             handle = open(output_file, "w", encoding="utf-8")
         except OSError as exc:  # checked before the script ran; it changed since: stdout, same exit code
-            sys.stderr.write(f"neuronscope: --output {output_file}: cannot write ({exc.strerror or exc}); "
-                             "the summary follows on stdout\n")
+            sys.stderr.write(
+                f"neuronscope: --output {output_file}: cannot write ({exc.strerror or exc}); the summary follows on stdout\n"
+            )
     try:
         out = make_console(file=handle) if handle is not None else make_console()
         err = make_console(stderr=True)
@@ -377,8 +438,14 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
             return
         run_obj.wait(60)
         src = Source(
-            label=run_obj.name, kind="run", summary=summary, path=run_obj.path, manifest=dict(run_obj.manifest),
-            _diagnosis=run_obj.diagnosis, _memory=run_obj.memory, _memory_tried=True,
+            label=run_obj.name,
+            kind="run",
+            summary=summary,
+            path=run_obj.path,
+            manifest=dict(run_obj.manifest),
+            _diagnosis=run_obj.diagnosis,
+            _memory=run_obj.memory,
+            _memory_tried=True,
         )
         out.rule("neuronscope", style="dim")
         out.print(header_renderable(src))

@@ -104,8 +104,7 @@ def _op_chart(summary: Summary, key: str, top: int) -> str:
 
 def _op_table(summary: Summary, key: str) -> str:
     head = (
-        "<tr><th>Op</th><th>Calls</th><th>Self device</th><th>%</th><th>Device total</th>"
-        "<th>Self CPU</th><th>CPU total</th></tr>"
+        "<tr><th>Op</th><th>Calls</th><th>Self device</th><th>%</th><th>Device total</th><th>Self CPU</th><th>CPU total</th></tr>"
     )
     body = "".join(
         f'<tr><td title="{_e(r.name)}">{_e(summary.label(r.name))}</td>'
@@ -228,7 +227,11 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
         for d in range(min(int(n.depth.max()) + 1, 3)):
             sel = ordered[n.depth == d]
             sel = sel[np.argsort(trace.start_ns[sel], kind="stable")]
-            lanes.append(_Lane("regions" if d == 0 else f"regions L{d + 1}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"))
+            lanes.append(
+                _Lane(
+                    "regions" if d == 0 else f"regions L{d + 1}", trace.start_ns[sel], end_all[sel], trace.name_id[sel], "region"
+                )
+            )
     return lanes, dropped
 
 
@@ -286,7 +289,11 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
                 drawn += 1
         parts.append("</g>")
     ticks = time_axis_ticks(x0, x1, axis_h, h, span)
-    mode_note = "" if drawn == total_events else f" ({total_events} events aggregated into {bins} time bins where a lane has more than {budget})"
+    mode_note = (
+        ""
+        if drawn == total_events
+        else f" ({total_events} events aggregated into {bins} time bins where a lane has more than {budget})"
+    )
     lane_note = f"; {dropped} quieter lanes not drawn" if dropped else ""
     return (
         f'<svg id="timeline-{key}" class="chart timeline" data-run="{key}" data-events="{total_events}" data-drawn="{drawn}" '
@@ -443,7 +450,7 @@ def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:
     head = ex.lines(top=0)[0]
     rows = "".join(
         f'<tr data-kind="{c.kind}" data-delta-us="{c.delta_us:.3f}"><td class="text">'
-        f'{_e(d.label(c.name) if c.kind == "op" else "idle: " + c.name)}</td>'
+        f"{_e(d.label(c.name) if c.kind == 'op' else 'idle: ' + c.name)}</td>"
         f"<td>{format_us(c.a_us)}</td><td>{format_us(c.b_us)}</td><td>{c.delta_us / 1e3:+.3f} ms</td></tr>"
         for c in ex.contributions[:25]
     )
@@ -537,10 +544,14 @@ def _diagnosis(source: Source, key: str) -> str:
             f'<text x="{x0 - 8}" y="{2 * lane_h - 2}" text-anchor="end" class="label">gaps &gt;= {d.gaps.threshold_us:g}us</text>'
             f'<rect class="tl-bg" x="{x0}" y="{lane_h + 6}" width="{x1 - x0}" height="{lane_h - 8}"/>{gaps}</svg>'
         )
-    legend = '<p class="legend dg-legend">' + "".join(
-        f'<span class="sw" style="background:{colour}"></span>{_e(cls)} {format_us(d.idle_us_by_class.get(cls, 0.0))}'
-        for cls, colour in GAP_COLOURS.items()
-    ) + "</p>"
+    legend = (
+        '<p class="legend dg-legend">'
+        + "".join(
+            f'<span class="sw" style="background:{colour}"></span>{_e(cls)} {format_us(d.idle_us_by_class.get(cls, 0.0))}'
+            for cls, colour in GAP_COLOURS.items()
+        )
+        + "</p>"
+    )
     rows = "".join(
         f'<tr data-rule="{_e(f.rule)}" class="sev-{_e(f.severity)}"><td class="text">{_e(f.rule)}</td>'
         f'<td class="text">{_e(f.message)}</td><td data-v="{f.us_at_stake}">{format_us(f.us_at_stake)}</td>'
@@ -568,7 +579,7 @@ def _diagnosis(source: Source, key: str) -> str:
         f"<th>Gaps</th><th>Idle time</th></tr></thead><tbody>{classes}</tbody></table>"
         f"{_communication(d, key)}"
         f"<h4>Findings</h4>{findings}{notes}"
-        f"<p class=\"note\">{_e(VERDICT_WORDS.get(d.bound_by, d.bound_by))}: see docs/diagnosis.md for how gaps are classified.</p></div>"
+        f'<p class="note">{_e(VERDICT_WORDS.get(d.bound_by, d.bound_by))}: see docs/diagnosis.md for how gaps are classified.</p></div>'
     )
 
 
@@ -635,10 +646,15 @@ def _neuron_device(source: Source, key: str) -> str:
     reads = m.get("hbm_read_bytes")
     items = [
         ("device time", format_us(m["total_time_s"] * 1e6) if isinstance(m.get("total_time_s"), (int, float)) else None),
-        ("MFU", pct("mfu_percent")), ("HFU", pct("hfu_percent")), ("MBU", pct("mbu_percent")),
+        ("MFU", pct("mfu_percent")),
+        ("HFU", pct("hfu_percent")),
+        ("MBU", pct("mbu_percent")),
         ("DMA active", format_us(m["dma_active_time_s"] * 1e6) if isinstance(m.get("dma_active_time_s"), (int, float)) else None),
         ("CC active", pct("cc_active_percent")),
-        ("spill reload / HBM reads", f"{m['spill_reload_bytes'] / reads:.1%}" if reads and isinstance(m.get("spill_reload_bytes"), (int, float)) else None),
+        (
+            "spill reload / HBM reads",
+            f"{m['spill_reload_bytes'] / reads:.1%}" if reads and isinstance(m.get("spill_reload_bytes"), (int, float)) else None,
+        ),
         *((f"{e} engine active", f"{v:.1f}%") for e, v in (m.get("engine_active_percent") or {}).items()),
         ("host memory (max)", f"{system['host_memory']['max_bytes'] / 2**30:,.2f} GiB" if "host_memory" in system else None),
         ("CPU utilisation (mean)", f"{system['cpu_util']['mean_percent']:.1f}%" if "cpu_util" in system else None),
@@ -649,7 +665,8 @@ def _neuron_device(source: Source, key: str) -> str:
     findings = "".join(
         f'<p class="warning neuron-finding" data-rule="{_e(f.get("rule"))}">{_e(f.get("message"))} '
         f'<span class="note">(~{_e(format_us(float(f.get("us_at_stake") or 0)))} at stake)</span></p>'
-        for f in explorer.get("findings") or () if isinstance(f, dict)
+        for f in explorer.get("findings") or ()
+        if isinstance(f, dict)
     )
     where = ", ".join(explorer.get("sources") or ()) or system.get("path", "")
     return (
@@ -689,7 +706,9 @@ def render_html(
     sections = []
     nav = []
     if b is not None:
-        sections.append(f'<section id="diff" class="diff"><h2>Diff: A → B</h2>{_diff(diff_summaries(a.summary, b.summary), a, b, top)}</section>')
+        sections.append(
+            f'<section id="diff" class="diff"><h2>Diff: A → B</h2>{_diff(diff_summaries(a.summary, b.summary), a, b, top)}</section>'
+        )
         nav.append('<a href="#diff">diff</a>')
     for key, src in (("a", a), ("b", b)):
         if src is not None:
@@ -703,7 +722,7 @@ def render_html(
         f"<style>{CSS}</style></head>"
         f'<body data-report="{"diff" if b else "single"}" data-schema-version="1">'
         f'<header><h1>{_e(title)}</h1><p class="note">generated {generated} by neuronscope {_e(__version__)}</p>'
-        f'<nav>{" · ".join(nav)}</nav></header><main>{"".join(sections)}</main>'
+        f"<nav>{' · '.join(nav)}</nav></header><main>{''.join(sections)}</main>"
         f"<script>{JS}</script></body></html>\n"
     )
 

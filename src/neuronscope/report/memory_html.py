@@ -55,12 +55,21 @@ def render_memory(m: MemoryReport, key: str) -> str:
     hbm = m.device_facts.get("neuron_hbm") if isinstance(m.device_facts, dict) else None
     if isinstance(hbm, dict) and isinstance(hbm.get("categories"), dict):
         cards += [(f"HBM {c}", format_bytes(v)) for c, v in list(hbm["categories"].items())[:6] if isinstance(v, (int, float))]
-    card_html = '<div class="cards">' + "".join(
-        f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>' for k, v in cards
-    ) + "</div>"
-    return head + card_html + _chart(m, key) + _at_peak(m, key) + _by_region(m, key) + _oom(m) + "".join(
-        f'<p class="note">{_e(n)}</p>' for n in m.notes
-    ) + "</div>"
+    card_html = (
+        '<div class="cards">'
+        + "".join(f'<div class="card"><div class="k">{_e(k)}</div><div class="v">{_e(v)}</div></div>' for k, v in cards)
+        + "</div>"
+    )
+    return (
+        head
+        + card_html
+        + _chart(m, key)
+        + _at_peak(m, key)
+        + _by_region(m, key)
+        + _oom(m)
+        + "".join(f'<p class="note">{_e(n)}</p>' for n in m.notes)
+        + "</div>"
+    )
 
 
 def _chart(m: MemoryReport, key: str) -> str:
@@ -100,7 +109,7 @@ def _chart(m: MemoryReport, key: str) -> str:
         f'<line class="mem-peak-line" x1="{px:.2f}" x2="{px:.2f}" y1="{y0}" y2="{y1}" stroke="#e53e3e" stroke-dasharray="3 3"/>'
         f'<circle class="mem-peak" cx="{px:.2f}" cy="{py:.2f}" r="4" fill="#e53e3e" data-bytes="{m.peak_bytes}" '
         f'data-t-ns="{m.peak_at_ns}"><title>peak {_e(format_bytes(m.peak_bytes))} at '
-        f'+{_e(format_us((m.peak_at_ns - t_lo) / 1e3))}</title></circle>'
+        f"+{_e(format_us((m.peak_at_ns - t_lo) / 1e3))}</title></circle>"
         f'<text x="{min(px + 6, x1 - 120):.2f}" y="{max(py - 6, y0 + 10):.2f}" class="value">peak {_e(format_bytes(m.peak_bytes))}</text>'
         f'<text x="{x0}" y="{_H - 6}" class="label">0</text>'
         f'<text x="{x1}" y="{_H - 6}" text-anchor="end" class="label">+{_e(format_us(span / 1e3))}</text></svg>'
@@ -114,7 +123,7 @@ def _at_peak(m: MemoryReport, key: str) -> str:
         f'<tr data-op="{_e(h.op)}" data-region="{_e(h.region)}" data-bytes="{h.bytes}">'
         f'<td data-v="{h.bytes}">{_e(format_bytes(h.bytes))}</td>'
         f'<td data-v="{100 * h.bytes / m.peak_bytes if m.peak_bytes else 0:.2f}">'
-        f"{100 * h.bytes / m.peak_bytes if m.peak_bytes else 0:.1f}%</td><td data-v=\"{h.count}\">{h.count}</td>"
+        f'{100 * h.bytes / m.peak_bytes if m.peak_bytes else 0:.1f}%</td><td data-v="{h.count}">{h.count}</td>'
         f'<td class="text">{_e(h.op)}</td><td class="text">{_e(h.region or "-")}</td><td class="text">{_e(h.source or "-")}</td></tr>'
         for h in m.at_peak
     )
@@ -149,5 +158,5 @@ def _oom(m: MemoryReport) -> str:
     table = m.device_facts.get("neuron_oom_table") if isinstance(m.device_facts, dict) else None
     extra = ""
     if isinstance(table, dict) and table.get("text"):
-        extra = f'<details><summary>Neuron runtime OOM table ({_e(table.get("file", ""))})</summary><pre>{_e(table["text"])}</pre></details>'
+        extra = f"<details><summary>Neuron runtime OOM table ({_e(table.get('file', ''))})</summary><pre>{_e(table['text'])}</pre></details>"
     return f'<p class="warning memory-oom">out of memory: {_e(m.oom.get("error"))}</p>{extra}'

@@ -125,13 +125,14 @@ def _step_table(c: Any, limit: int = 200) -> str:
     rows = []
     for st in c.steps[:limit]:
         cells = "".join(
-            f'<td data-v="{st.wall_us[k]}" title="late {_e(format_us(st.late_us[k]))}">{_e(format_us(st.wall_us[k]))}</td>' for k in ranks
+            f'<td data-v="{st.wall_us[k]}" title="late {_e(format_us(st.late_us[k]))}">{_e(format_us(st.wall_us[k]))}</td>'
+            for k in ranks
         )
         rows.append(f'<tr data-step="{_e(st.key)}"><td class="text">{_e(st.key)}</td>{cells}<td>{st.last_rank}</td></tr>')
     more = f'<p class="note">first {limit} of {len(c.steps)} steps</p>' if len(c.steps) > limit else ""
     return (
         f'<table class="rank-steps sortable"><thead><tr><th class="text">Step</th>{head}<th>Last</th></tr></thead>'
-        f'<tbody>{"".join(rows)}</tbody></table>{more}'
+        f"<tbody>{''.join(rows)}</tbody></table>{more}"
     )
 
 
@@ -159,7 +160,7 @@ def render_ranks_html(comparison: Any, *, title: str | None = None) -> str:
     warnings = "".join(f'<p class="warning">{_e(w)}</p>' for w in c.warnings)
     body = (
         f'<section id="ranks" class="ranks-report"><div class="cards">{cards}</div>{verdict}'
-        f'{"".join(f"<p class=verdict-line>{_e(x)}</p>" for x in lines[2:])}{warnings}'
+        f"{''.join(f'<p class=verdict-line>{_e(x)}</p>' for x in lines[2:])}{warnings}"
         f"<h3>Ranks, step by step</h3>{_lanes(c)}<h3>Per rank</h3>{_rank_table(c)}<h3>Per step</h3>{_step_table(c)}</section>"
     )
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -362,7 +362,11 @@ def ranks_renderable(comparison: Any, console: Console, *, steps: bool = False, 
         shown = c.steps[:max_steps]
         scols = [_Col(f"rank {r.rank}", 1, [format_us(st.wall_us[r.rank]) for st in shown]) for r in rows]
         scols.append(_Col("Last", 1, [str(st.last_rank) for st in shown]))
-        parts += [Text(""), Text("Steps (wall time per rank)", style="bold"), _build_table(console, "Step", [st.key for st in shown], scols)]
+        parts += [
+            Text(""),
+            Text("Steps (wall time per rank)", style="bold"),
+            _build_table(console, "Step", [st.key for st in shown], scols),
+        ]
         if len(c.steps) > max_steps:
             parts.append(Text(f"first {max_steps} of {len(c.steps)} steps (--json has all)", style="dim"))
     return Group(*parts)

@@ -71,7 +71,9 @@ def add_sink(sink: Sink) -> None:
     if not isinstance(sink, Sink):
         from ..errors import ConfigurationError
 
-        raise ConfigurationError(f"add_sink({sink!r}): pass an object with name, export(result), force_flush(timeout_s) and shutdown()")
+        raise ConfigurationError(
+            f"add_sink({sink!r}): pass an object with name, export(result), force_flush(timeout_s) and shutdown()"
+        )
     with _lock:
         if sink not in _extra:
             _extra.append(sink)

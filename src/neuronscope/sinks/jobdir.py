@@ -143,12 +143,24 @@ def _load_trace_file(path: Path) -> RankRun:
     if rank is None:
         rank = _rank_of_dir(path.parent) if path.parent.name else None
     if rank is None:
-        raise TraceLoadError(f"{path}: the trace names no rank (no distributedInfo.rank); profile with torch.distributed initialised")
+        raise TraceLoadError(
+            f"{path}: the trace names no rank (no distributedInfo.rank); profile with torch.distributed initialised"
+        )
     profile = rank_profile(trace)
     return RankRun(
-        rank=int(rank), path=path, name=TRACE_FILE_RUN, key=(-1, 0), start_ns=int(trace.start_time_ns),
-        end_ns=int(trace.end_time_ns), host=None, pid=None, local_rank=info.get("local_rank"), job_id=info.get("job_id"),
-        world_size=info.get("world_size", dist.get("world_size")), profile=profile, busy_pct=profile["device_busy_pct"],
+        rank=int(rank),
+        path=path,
+        name=TRACE_FILE_RUN,
+        key=(-1, 0),
+        start_ns=int(trace.start_time_ns),
+        end_ns=int(trace.end_time_ns),
+        host=None,
+        pid=None,
+        local_rank=info.get("local_rank"),
+        job_id=info.get("job_id"),
+        world_size=info.get("world_size", dist.get("world_size")),
+        profile=profile,
+        busy_pct=profile["device_busy_pct"],
     )
 
 

@@ -103,9 +103,7 @@ def prune(output_dir: Path, *, max_runs: int | None, max_bytes: int | None) -> l
     removed: list[Path] = []
     total = sum(_dir_bytes(p) for _, p in runs) if max_bytes is not None else 0
     sizes = {}
-    while runs and (
-        (max_runs is not None and len(runs) > max_runs) or (max_bytes is not None and total > max_bytes)
-    ):
+    while runs and ((max_runs is not None and len(runs) > max_runs) or (max_bytes is not None and total > max_bytes)):
         _, oldest = runs.pop(0)
         if max_bytes is not None:
             total -= sizes.get(oldest) or _dir_bytes(oldest)
@@ -286,8 +284,9 @@ def load_run(path: str | os.PathLike[str]) -> Any:
         error=manifest.get("error"),
         error_message=manifest.get("error_message"),
         warnings=tuple(warnings),
-        analysis=Analysis(trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank,
-                          warnings=tuple(warnings)),
+        analysis=Analysis(
+            trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank, warnings=tuple(warnings)
+        ),
         capture=CaptureFacts(trigger=trigger),
         manifest=manifest,
         path=p,

@@ -169,7 +169,13 @@ from typing import Any
 from .. import _env
 from ..errors import ConfigurationError
 
-__all__ = ["install_emulated_neuron", "install_fake_neuron_explorer", "EmulatedNeuron", "EMULATED_INSTANCE_ID", "default_build_dir"]
+__all__ = [
+    "install_emulated_neuron",
+    "install_fake_neuron_explorer",
+    "EmulatedNeuron",
+    "EMULATED_INSTANCE_ID",
+    "default_build_dir",
+]
 
 #: The fake EC2 instance id used in raw-file paths.
 EMULATED_INSTANCE_ID = "i-00000000000e1a7ed"
@@ -278,7 +284,9 @@ class EmulatedNeuron:
 
         m["allocated_bytes.all.current"] += int(nbytes)
         m["allocated_bytes.all.peak"] = max(m["allocated_bytes.all.peak"], m["allocated_bytes.all.current"])
-        m["reserved_bytes.all.current"] = max(m["reserved_bytes.all.current"], int(reserve or 0), m["allocated_bytes.all.current"])
+        m["reserved_bytes.all.current"] = max(
+            m["reserved_bytes.all.current"], int(reserve or 0), m["allocated_bytes.all.current"]
+        )
         m["reserved_bytes.all.peak"] = max(m["reserved_bytes.all.peak"], m["reserved_bytes.all.current"])
 
     def free(self, nbytes: int) -> None:
@@ -287,8 +295,16 @@ class EmulatedNeuron:
 
         m["allocated_bytes.all.current"] = max(m["allocated_bytes.all.current"] - int(nbytes), 0)
 
-    def out_of_memory(self, nbytes: int, *, usage: str = "tensors", device: int = 0, core: int = 0,
-                      categories: dict[str, int] | None = None, directory: str | os.PathLike[str] | None = None) -> RuntimeError:
+    def out_of_memory(
+        self,
+        nbytes: int,
+        *,
+        usage: str = "tensors",
+        device: int = 0,
+        core: int = 0,
+        categories: dict[str, int] | None = None,
+        directory: str | os.PathLike[str] | None = None,
+    ) -> RuntimeError:
         """What the Neuron runtime does when an allocation fails, as the Neuron docs describe it
         ("Neuron device memory", Out-of-memory (OOM) Errors): write the per-category HBM table to
         ``neuron_mem_table_device_<device>_hbm_<idx>.log`` (in ``directory``,
@@ -320,9 +336,20 @@ class EmulatedNeuron:
 
 #: the OOM table's columns, in the order the Neuron docs' example shows them (device-memory page)
 _MEM_TABLE_COLUMNS = (
-    ("", "TOTAL"), ("Model", "Code"), ("Model", "Constants"), ("", "Tensors"), ("Shared", "Scratchpad"), ("", "Scratchpad"),
-    ("", "Runtime"), ("DMA Rings", "IO"), ("DMA Rings", "Spill"), ("DMA Rings", "Collectives"), ("DMA Rings", "Runtime"),
-    ("", "Collectives"), ("", "XT CC"), ("Profiler", "Buffers"),
+    ("", "TOTAL"),
+    ("Model", "Code"),
+    ("Model", "Constants"),
+    ("", "Tensors"),
+    ("Shared", "Scratchpad"),
+    ("", "Scratchpad"),
+    ("", "Runtime"),
+    ("DMA Rings", "IO"),
+    ("DMA Rings", "Spill"),
+    ("DMA Rings", "Collectives"),
+    ("DMA Rings", "Runtime"),
+    ("", "Collectives"),
+    ("", "XT CC"),
+    ("Profiler", "Buffers"),
 )
 
 
@@ -350,19 +377,21 @@ def _mem_table(failed: str, device: int, core: int, cats: dict[str, int]) -> str
         return f"{label:<14}|" + "|".join(cell(c) for c in cells) + "|"
 
     stamp = "2025-May-15 20:58:33.897479 224822:224822 ERROR  TDRV:"
-    return "\n".join([
-        f"{stamp}log_dev_mem                             {failed}",
-        f"{stamp}log_dev_mem_usage_table                 Displaying Current Memory Utilization:",
-        "(NOTE: the lines are LONG, and NEFF id to name mapping is printed after)",
-        "",
-        head1,
-        head2,
-        row(f"ND {device} Overall"),
-        row(f"\\_NC {core}"),
-        "",
-        "NEFF id to name mapping:",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"{stamp}log_dev_mem                             {failed}",
+            f"{stamp}log_dev_mem_usage_table                 Displaying Current Memory Utilization:",
+            "(NOTE: the lines are LONG, and NEFF id to name mapping is printed after)",
+            "",
+            head1,
+            head2,
+            row(f"ND {device} Overall"),
+            row(f"\\_NC {core}"),
+            "",
+            "NEFF id to name mapping:",
+            "",
+        ]
+    )
 
 
 def install_fake_neuron_explorer(bin_dir: str | os.PathLike[str]) -> Path:
@@ -466,9 +495,7 @@ def install_emulated_neuron(
 
             name = torch._C._get_privateuse1_backend_name()
             if name not in ("privateuseone", "neuron"):
-                raise RuntimeError(
-                    f"PrivateUse1 is already named {name!r}; the Neuron emulator needs it as 'neuron'"
-                )
+                raise RuntimeError(f"PrivateUse1 is already named {name!r}; the Neuron emulator needs it as 'neuron'")
             bdir = Path(build_dir) if build_dir is not None else default_build_dir()
             ext = _build(bdir, verbose)
             ext.set_decomposing_ops(_decomposing_ops())

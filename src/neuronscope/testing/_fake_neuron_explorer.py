@@ -158,19 +158,21 @@ def _ntrace(root: Path) -> tuple[list[dict[str, Any]], dict[str, int]]:
             parts = line.split()
             if len(parts) == 7 and parts[0] == "event":
                 _, name, start, dur, tid, lnc, _neff = parts
-                events.append({
-                    "duration": int(dur),
-                    "group": f"nrt-nc-{int(lnc):03d}",
-                    "id": len(events) + 1,
-                    "instance_id": instance,
-                    "lnc_idx": lnc,
-                    "name": name,
-                    "parent_id": 0,
-                    "process_id": pid,
-                    "thread_id": int(tid),
-                    "timestamp": int(start),
-                    "type": _RUNTIME_TYPES.get(name, 0),
-                })
+                events.append(
+                    {
+                        "duration": int(dur),
+                        "group": f"nrt-nc-{int(lnc):03d}",
+                        "id": len(events) + 1,
+                        "instance_id": instance,
+                        "lnc_idx": lnc,
+                        "name": name,
+                        "parent_id": 0,
+                        "process_id": pid,
+                        "thread_id": int(tid),
+                        "timestamp": int(start),
+                        "type": _RUNTIME_TYPES.get(name, 0),
+                    }
+                )
             elif parts and parts[0] == "capture":
                 for kv in parts[1:]:
                     k, _, v = kv.partition("=")
@@ -191,17 +193,19 @@ def _framework_events(root: Path, first_id: int) -> list[dict[str, Any]]:
         base = int(doc.get("baseTimeNanoseconds") or 0)
         for ev in doc.get("traceEvents", []):
             if ev.get("ph") == "X" and ev.get("cat") == "cpu_op":
-                events.append({
-                    "duration": round(float(ev.get("dur", 0)) * 1000),
-                    "group": f"framework-{ev.get('tid', 0)}",
-                    "id": first_id + len(events),
-                    "instance_id": instance,
-                    "name": ev.get("name", ""),
-                    "process_id": pid,
-                    "thread_id": int(ev.get("tid", 0)) if str(ev.get("tid", "0")).isdigit() else 0,
-                    "timestamp": round(float(ev["ts"]) * 1000) + base,
-                    "type": FRAMEWORK_TYPE,
-                })
+                events.append(
+                    {
+                        "duration": round(float(ev.get("dur", 0)) * 1000),
+                        "group": f"framework-{ev.get('tid', 0)}",
+                        "id": first_id + len(events),
+                        "instance_id": instance,
+                        "name": ev.get("name", ""),
+                        "process_id": pid,
+                        "thread_id": int(ev.get("tid", 0)) if str(ev.get("tid", "0")).isdigit() else 0,
+                        "timestamp": round(float(ev["ts"]) * 1000) + base,
+                        "type": FRAMEWORK_TYPE,
+                    }
+                )
     return events
 
 
@@ -212,23 +216,40 @@ def _samples(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         for line in p.read_text(errors="replace").splitlines():
             parts = line.split()
             if len(parts) == 4 and parts[0] == "sample":
-                mem.append({"duration": 1, "instance_id": instance, "percent_usage": float(parts[3]),
-                            "timestamp": int(parts[1]), "usage": int(parts[2])})
+                mem.append(
+                    {
+                        "duration": 1,
+                        "instance_id": instance,
+                        "percent_usage": float(parts[3]),
+                        "timestamp": int(parts[1]),
+                        "usage": int(parts[2]),
+                    }
+                )
     for p in sorted(root.rglob("cpu_util.pb")):
         instance, _ = _instance_of(p)
         for line in p.read_text(errors="replace").splitlines():
             parts = line.split()
             if len(parts) == 4 and parts[0] == "sample":
-                cpu.append({"cpu_id": parts[2], "duration": 1, "instance_id": instance,
-                            "timestamp": int(parts[1]), "util": float(parts[3])})
+                cpu.append(
+                    {
+                        "cpu_id": parts[2],
+                        "duration": 1,
+                        "instance_id": instance,
+                        "timestamp": int(parts[1]),
+                        "util": float(parts[3]),
+                    }
+                )
     return mem, cpu
 
 
 def _warn_dropped(capture: dict[str, int]) -> None:
     if capture.get("dropped"):
-        _log("WARN", f"Warning: {capture['dropped']} trace events were dropped during capture (stored {capture.get('stored', 0)} "
-                     f"out of {capture.get('total', 0)} total events). Consider increasing buffer size, reducing trace duration, "
-                     "or filtering events.")
+        _log(
+            "WARN",
+            f"Warning: {capture['dropped']} trace events were dropped during capture (stored {capture.get('stored', 0)} "
+            f"out of {capture.get('total', 0)} total events). Consider increasing buffer size, reducing trace duration, "
+            "or filtering events.",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,9 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(_env.FAKE_EXPLORER_SUMMARY.get())  # a copy: the default is shared
     schema = _env.FAKE_EXPLORER_SCHEMA.get()
     if fmt == "summary-json":
-        profiles = {} if args.ignore_device_profile else {
-            name: _summary(p, schema, overrides) for name, p in _device_profiles(root, neff, ntff)
-        }
+        profiles = (
+            {}
+            if args.ignore_device_profile
+            else {name: _summary(p, schema, overrides) for name, p in _device_profiles(root, neff, ntff)}
+        )
         text = json.dumps(profiles, indent=2)
         if args.output_file:
             Path(args.output_file).write_text(text)

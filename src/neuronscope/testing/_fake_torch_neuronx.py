@@ -167,9 +167,7 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
             if int(max_events_per_nc) < 0:
                 raise ValueError("max_events_per_nc must be >= 0")
             if capture_enabled_for_nc is not None and not _NC_LIST.match(str(capture_enabled_for_nc)):
-                raise ValueError(
-                    f"capture_enabled_for_nc must look like '0,1,2-5', got {capture_enabled_for_nc!r}"
-                )
+                raise ValueError(f"capture_enabled_for_nc must look like '0,1,2-5', got {capture_enabled_for_nc!r}")
             items = {
                 "profile_output_dir": os.fspath(profile_output_dir),
                 "max_events_per_nc": int(max_events_per_nc),
@@ -183,9 +181,7 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
                 items["capture_enabled_for_nc"] = str(capture_enabled_for_nc).replace(" ", "")
             if neff_cache_dir is not None:
                 items["neff_cache_dir"] = os.fspath(neff_cache_dir)
-            text = ";".join(
-                f"{k}:{_encode(str(v).lower() if isinstance(v, bool) else v)}" for k, v in items.items()
-            )
+            text = ";".join(f"{k}:{_encode(str(v).lower() if isinstance(v, bool) else v)}" for k, v in items.items())
             super().__init__(custom_profiler_config=text)
             self.modes = modes
             self.profile_output_dir = os.fspath(profile_output_dir)

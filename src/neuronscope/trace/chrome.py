@@ -351,7 +351,10 @@ class _Columns:
         self.device_cats: set[str] = set()
         self.saw_device = self.saw_neuron = False
         # allocator records ([memory] instant events), columns like the events'
-        self.mem = {k: array("q") for k in ("time_ns", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device_id", "thread")}
+        self.mem = {
+            k: array("q")
+            for k in ("time_ns", "bytes", "addr", "total_allocated", "total_reserved", "device_type", "device_id", "thread")
+        }
         self.oom: list[tuple[int, int, int, int]] = []
 
     def add(self, events: list[_Event]) -> None:  # noqa: C901 - the per-event hot loop: one flat branch per field, no calls
@@ -439,9 +442,14 @@ class _Columns:
             tid = self.threads[key] = len(self.threads)
         m = self.mem
         for column, value in (
-            ("time_ns", t), ("bytes", a.mem_bytes), ("addr", a.mem_addr), ("total_allocated", a.mem_total_allocated),
-            ("total_reserved", a.mem_total_reserved), ("device_type", a.mem_device_type),
-            ("device_id", a.mem_device_id), ("thread", tid),
+            ("time_ns", t),
+            ("bytes", a.mem_bytes),
+            ("addr", a.mem_addr),
+            ("total_allocated", a.mem_total_allocated),
+            ("total_reserved", a.mem_total_reserved),
+            ("device_type", a.mem_device_type),
+            ("device_id", a.mem_device_id),
+            ("thread", tid),
         ):
             m[column].append(value)
 

@@ -130,6 +130,7 @@ def device_label(
             return prefix
     return "cuda"
 
+
 #: pointwise ops: a chain of them reads and writes the whole tensor once each, unfused
 POINTWISE_OPS = frozenset(
     "aten::" + n
@@ -145,23 +146,27 @@ REDUCTION_OPS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::max",
 
 #: Ops whose input shapes/dtypes the trace model keeps (when recorded): the rules about matmul
 #: precision/alignment, convolution bias and copies, and the bytes an elementwise chain moves.
-INPUT_OPS = POINTWISE_OPS | REDUCTION_OPS | frozenset(
-    {
-        "aten::mm",
-        "aten::bmm",
-        "aten::addmm",
-        "aten::baddbmm",
-        "aten::matmul",
-        "aten::linear",
-        "aten::conv1d",
-        "aten::conv2d",
-        "aten::conv3d",
-        "aten::convolution",
-        "aten::_convolution",
-        "aten::copy_",
-        "aten::to",
-        "aten::_to_copy",
-    }
+INPUT_OPS = (
+    POINTWISE_OPS
+    | REDUCTION_OPS
+    | frozenset(
+        {
+            "aten::mm",
+            "aten::bmm",
+            "aten::addmm",
+            "aten::baddbmm",
+            "aten::matmul",
+            "aten::linear",
+            "aten::conv1d",
+            "aten::conv2d",
+            "aten::conv3d",
+            "aten::convolution",
+            "aten::_convolution",
+            "aten::copy_",
+            "aten::to",
+            "aten::_to_copy",
+        }
+    )
 )
 
 #: Markers neuronscope itself writes into a trace (capture boundaries, ``ns.step()``):

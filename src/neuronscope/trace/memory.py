@@ -174,8 +174,10 @@ class _Windows:
 
 # SWAR: 8 ASCII digits in one little-endian uint64 -> their value in three multiply-shifts
 _LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
-_SWAR = ((np.uint64(0x00FF00FF00FF00FF), np.uint64(6553601), np.uint64(16)),
-         (np.uint64(0x0000FFFF0000FFFF), np.uint64(42949672960001), np.uint64(32)))
+_SWAR = (
+    (np.uint64(0x00FF00FF00FF00FF), np.uint64(6553601), np.uint64(16)),
+    (np.uint64(0x0000FFFF0000FFFF), np.uint64(42949672960001), np.uint64(32)),
+)
 _DIGITS = 16  # per number, read as two uint64 lanes; longer ones take numpy's string cast
 _PROBE = _DIGITS + 2  # sign, 16 digits, and the byte that ends the number
 # _KEEP[k]: the first k of 16 bytes (the digits, left-aligned), as two uint64 lanes

@@ -312,7 +312,9 @@ def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any) -> Steps:
         d = int(dur[i])
         pct = 100.0 * int(busy[i]) / d if d > 0 else 0.0
         idle = {CLASSES[c]: float(per_class[c, i]) for c in range(len(CLASSES))}
-        per_step.append(Step(index=i, start_ns=int(s_start[i]), duration_us=d / 1e3, device_busy_pct=pct, bound_by=_verdict(pct, idle)))
+        per_step.append(
+            Step(index=i, start_ns=int(s_start[i]), duration_us=d / 1e3, device_busy_pct=pct, bound_by=_verdict(pct, idle))
+        )
     us = dur / 1e3
     slowest = int(np.argmax(dur)) if count else 0
     pct = (lambda q: float(np.percentile(us, q))) if count else (lambda q: 0.0)

@@ -38,16 +38,43 @@ COLLECTIVE_KERNEL = re.compile(NCCL_KERNEL.pattern + "|" + DEVICE_COLLECTIVE.pat
 #: CPU ops that launch a collective's device work
 _COLLECTIVE_OP = re.compile(r"^(?:record_param_comms$|c10d::|nccl:|gloo:)")
 _TOKENS = (
-    ("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
-    ("alltoall", "all_to_all"), ("collectivepermute", "send_recv"), ("broadcast", "broadcast"),
-    ("barrier", "barrier"), ("sendrecv", "send_recv"), ("send", "send"), ("recv", "recv"),
-    ("gather", "gather"), ("scatter", "scatter"), ("reduce", "reduce"),
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("collectivepermute", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("sendrecv", "send_recv"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("reduce", "reduce"),
 )
 #: bytes per element of the dtypes Kineto writes in ``record_param_comms`` args
 _DTYPE_BYTES = {
-    "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2, "char": 1, "int8": 1,
-    "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
+    "float": 4,
+    "float32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "int8": 1,
+    "byte": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
 }
 
 
@@ -143,7 +170,9 @@ def _ancestors(trace: Any, ops: np.ndarray) -> dict[int, int]:
 _NONE = (None, np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
-def measure(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray) -> tuple[Communication | None, np.ndarray, np.ndarray]:
+def measure(
+    trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray
+) -> tuple[Communication | None, np.ndarray, np.ndarray]:
     """The run's communication over the window [lo, hi) (None when no collective ran), and its
     exposed intervals (for the verdict: on a CPU run they overlap the main thread's idle time,
     which must not count twice)."""
@@ -186,11 +215,15 @@ def measure(trace: Any, lo: int, hi: int, busy_s: np.ndarray, busy_e: np.ndarray
     by_kind.sort(key=lambda c: (-c.time_us, c.kind))
     window_ns = max(hi - lo, 1)
     names = {trace.names[i] for i in np.unique(trace.name_id[pos]).tolist()}
-    return Communication(
-        backend=_backend(trace, names),
-        collective_us=collective_ns / 1e3,
-        exposed_us=exposed_ns / 1e3,
-        overlap_pct=100.0 * (collective_ns - exposed_ns) / collective_ns,
-        exposed_pct_of_window=100.0 * exposed_ns / window_ns,
-        by_kind=tuple(by_kind),
-    ), xs, xe
+    return (
+        Communication(
+            backend=_backend(trace, names),
+            collective_us=collective_ns / 1e3,
+            exposed_us=exposed_ns / 1e3,
+            overlap_pct=100.0 * (collective_ns - exposed_ns) / collective_ns,
+            exposed_pct_of_window=100.0 * exposed_ns / window_ns,
+            by_kind=tuple(by_kind),
+        ),
+        xs,
+        xe,
+    )

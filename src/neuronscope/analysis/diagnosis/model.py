@@ -45,7 +45,17 @@ GAP_CLASSES = ("host_wait", "launch", "sync", "data", "compile", "stream_wait")
 #: The verdicts: ``communication`` when collectives that no compute overlaps hold the largest
 #: share of the window, else ``device`` when the device was busy >= 80 % of it, else the idle
 #: class that held most of the idle time.
-BOUND_BY = ("device", "communication", "host", "launch", "sync", "data", "compile", "stream_wait", "none")  # none: nothing recorded
+BOUND_BY = (
+    "device",
+    "communication",
+    "host",
+    "launch",
+    "sync",
+    "data",
+    "compile",
+    "stream_wait",
+    "none",
+)  # none: nothing recorded
 
 
 def _r(x: float, nd: int = 3) -> float:
@@ -272,7 +282,13 @@ class CollectiveStats:
     group_size: int | None = None  #: ranks in the process group, where the trace records it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "calls": self.calls, "time_us": _r(self.time_us), "bytes": self.bytes, "group_size": self.group_size}
+        return {
+            "kind": self.kind,
+            "calls": self.calls,
+            "time_us": _r(self.time_us),
+            "bytes": self.bytes,
+            "group_size": self.group_size,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CollectiveStats":
@@ -458,9 +474,12 @@ def _stream_wait_why(d: "Diagnosis") -> str:
     if gap is not None and gap.wait:
         text += f" ({gap.wait})"
     if gap is not None and gap.host:
-        verb = "blocked in" if d.idle_us_by_class.get("sync", 0.0) or any(
-            n.startswith(("aten::copy_", "aten::item", "aten::_local_scalar_dense", "aten::to")) for n, _ in gap.host[:1]
-        ) else "was in"
+        verb = (
+            "blocked in"
+            if d.idle_us_by_class.get("sync", 0.0)
+            or any(n.startswith(("aten::copy_", "aten::item", "aten::_local_scalar_dense", "aten::to")) for n, _ in gap.host[:1])
+            else "was in"
+        )
         text += f"; meanwhile the host {verb} {gap.host[0][0]}" + (f" at {gap.source}" if gap.source else "")
     return text
 
@@ -495,7 +514,9 @@ def headline_lines(d: "Diagnosis") -> list[str]:
     if d.steps is not None and d.steps.count:
         s = d.steps
         slow = s.slowest
-        slow_txt = f", slowest #{s.slowest_index} {format_us(s.max_us)}" + (f" ({VERDICT_WORDS.get(slow.bound_by, slow.bound_by)})" if slow else "")
+        slow_txt = f", slowest #{s.slowest_index} {format_us(s.max_us)}" + (
+            f" ({VERDICT_WORDS.get(slow.bound_by, slow.bound_by)})" if slow else ""
+        )
         lines.append(
             f"{s.count} steps ({s.name}): p50 {format_us(s.p50_us)}, p90 {format_us(s.p90_us)}, p99 {format_us(s.p99_us)}{slow_txt}"
         )

@@ -352,9 +352,19 @@ def _blocked(trace: Trace, blocking: np.ndarray, end: np.ndarray, host_threads: 
 
 
 def _host_classes(
-    trace: Trace, gs: np.ndarray, ge: np.ndarray, top: np.ndarray, top_is_sync: np.ndarray, end: np.ndarray,
-    threshold_ns: int, ds: np.ndarray, de: np.ndarray, cs: np.ndarray, ce: np.ndarray,
-    blocked_s: np.ndarray, blocked_e: np.ndarray,
+    trace: Trace,
+    gs: np.ndarray,
+    ge: np.ndarray,
+    top: np.ndarray,
+    top_is_sync: np.ndarray,
+    end: np.ndarray,
+    threshold_ns: int,
+    ds: np.ndarray,
+    de: np.ndarray,
+    cs: np.ndarray,
+    ce: np.ndarray,
+    blocked_s: np.ndarray,
+    blocked_e: np.ndarray,
 ) -> np.ndarray:
     """The class of each host-side piece (first match wins, from the bottom up here)."""
     cls = np.full(gs.size, _HOST, dtype=np.int64)
@@ -380,8 +390,15 @@ def _host_classes(
 
 
 def _device_classes(
-    trace: Trace, bs: np.ndarray, be: np.ndarray, gs: np.ndarray, ge: np.ndarray, threshold_ns: int, end: np.ndarray,
-    *, queued: np.ndarray,
+    trace: Trace,
+    bs: np.ndarray,
+    be: np.ndarray,
+    gs: np.ndarray,
+    ge: np.ndarray,
+    threshold_ns: int,
+    end: np.ndarray,
+    *,
+    queued: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The class of each device-side piece (work queued, device idle) and the stream-wait call
     that explains it (-1). ``stream_wait`` when the stream was told to wait, or when the work
@@ -404,7 +421,11 @@ def _device_classes(
         ok = long_ & (last >= 0) & (cstart[np.maximum(last, 0)] >= since)
         cls[ok] = _STREAM_WAIT
         wait[ok] = calls[np.maximum(last, 0)][ok]
-    records = (trace.kind != EventKind.DEVICE) & trace.category_mask("cuda_sync") & trace.name_mask(lambda n: bool(_DEVICE_WAIT_RECORD.search(n)))
+    records = (
+        (trace.kind != EventKind.DEVICE)
+        & trace.category_mask("cuda_sync")
+        & trace.name_mask(lambda n: bool(_DEVICE_WAIT_RECORD.search(n)))
+    )
     if records.any():
         rs, re_ = union(trace.start_ns[records], end[records])
         cls[long_ & (overlap_with(gs, ge, rs, re_) * 2 >= (ge - gs))] = _STREAM_WAIT
@@ -439,10 +460,7 @@ def gap_details(tl: Timeline, k: int) -> tuple[tuple[tuple[str, float], ...], st
     end = trace.start_ns + trace.duration_ns
     host = np.isin(trace.thread, tl.host_threads)
     cand = np.flatnonzero(
-        host
-        & np.isin(trace.kind, [EventKind.OP, EventKind.REGION, EventKind.PYTHON])
-        & (trace.start_ns < b)
-        & (end > a)
+        host & np.isin(trace.kind, [EventKind.OP, EventKind.REGION, EventKind.PYTHON]) & (trace.start_ns < b) & (end > a)
     )
     overlaps: dict[str, int] = {}
     source = None
@@ -533,7 +551,9 @@ def call_site(trace: Trace, py: np.ndarray, frame: int, p: int, end: np.ndarray)
         same = mine[(trace.name_id[mine] == trace.name_id[callee]) & (trace.start_ns[mine] < trace.start_ns[callee])]
     else:
         callee = p
-        ops = np.flatnonzero((trace.name_id == trace.name_id[p]) & (trace.thread == t) & (trace.start_ns > fs) & (trace.start_ns < s))
+        ops = np.flatnonzero(
+            (trace.name_id == trace.name_id[p]) & (trace.thread == t) & (trace.start_ns > fs) & (trace.start_ns < s)
+        )
         same = ops
     line = frame_line(name, trace.names[int(trace.name_id[callee])], int(same.size))
     where = user_frame(name) or name

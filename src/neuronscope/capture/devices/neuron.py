@@ -111,8 +111,14 @@ class NeuronOptions:
             raise ConfigurationError(f"NeuronOptions(precache_node_info={self.precache_node_info!r}): use True or False")
         if self.explorer not in _EXPLORER_MODES:
             raise ConfigurationError(f"NeuronOptions(explorer={self.explorer!r}): use one of {_EXPLORER_MODES}")
-        if not isinstance(self.explorer_timeout_s, (int, float)) or isinstance(self.explorer_timeout_s, bool) or self.explorer_timeout_s <= 0:
-            raise ConfigurationError(f"NeuronOptions(explorer_timeout_s={self.explorer_timeout_s!r}): use a positive number of seconds")
+        if (
+            not isinstance(self.explorer_timeout_s, (int, float))
+            or isinstance(self.explorer_timeout_s, bool)
+            or self.explorer_timeout_s <= 0
+        ):
+            raise ConfigurationError(
+                f"NeuronOptions(explorer_timeout_s={self.explorer_timeout_s!r}): use a positive number of seconds"
+            )
 
 
 _COMPILE_MARKERS = ("neuronx-cc", "neuronx_cc", "compile", "model_load")
@@ -421,7 +427,9 @@ class NeuronBackend(DeviceBackend):
         if raw_dir is not None:
             # Absolute paths: the printed Neuron Explorer commands must work from anywhere.
             raw = raw_dir.resolve()
-            artifacts = find_artifacts(raw, device_mode="device" in opts.modes, display_name=name, explorer_out=raw.parent / "explorer")
+            artifacts = find_artifacts(
+                raw, device_mode="device" in opts.modes, display_name=name, explorer_out=raw.parent / "explorer"
+            )
             info.update(artifacts.to_manifest())
             warnings.extend(artifacts.all_problems())
             notes += artifacts.all_notes()
@@ -453,7 +461,11 @@ class NeuronBackend(DeviceBackend):
         notes: list[str] = []
         warnings: list[str] = []
         explorer = collect_explorer(
-            raw.parent, artifacts, mode=opts.explorer, timeout_s=opts.explorer_timeout_s, max_ntff_bytes=opts.explorer_max_ntff_bytes
+            raw.parent,
+            artifacts,
+            mode=opts.explorer,
+            timeout_s=opts.explorer_timeout_s,
+            max_ntff_bytes=opts.explorer_max_ntff_bytes,
         )
         info["explorer"] = explorer.to_manifest()
         notes += list(explorer_notes(explorer))

@@ -185,12 +185,17 @@ class NeuronArtifacts:
         root = _q(self.profile_root)
         out = self.explorer_out if self.explorer_out is not None else self.profile_root.parent / "explorer"
         cmds = [f"neuron-explorer view -d {root}"]
-        cmds.append(f"neuron-explorer view -d {root} --ingest-only --display-name {_q(self.display_name or self.profile_root.parent.name)}")
+        cmds.append(
+            f"neuron-explorer view -d {root} --ingest-only --display-name {_q(self.display_name or self.profile_root.parent.name)}"
+        )
         cmds.append(f"neuron-explorer view -d {root} --output-format summary-json --output-file {_q(out / 'summary.json')}")
         cmds.append(f"neuron-explorer view -d {root} --output-format json --output-file {_q(out / 'system_profile.json')}")
         cmds.append(f"neuron-explorer view -d {root} --output-format perfetto --output-file {_q(out / 'system_profile.pftrace')}")
-        pairs = [f"neuron-explorer view -n {_q(g.neff)} -s {_q(ntff)}" for g in self.groups
-                 if g.layout == "model" and g.neff and (ntff := g.viewable_ntff)]
+        pairs = [
+            f"neuron-explorer view -n {_q(g.neff)} -s {_q(ntff)}"
+            for g in self.groups
+            if g.layout == "model" and g.neff and (ntff := g.viewable_ntff)
+        ]
         if not self.has_system_profile and pairs:
             # device-only capture: a directory upload fails ("No metadata found for system
             # profile" without trace_info.pb / ntrace.pb); the NEFF/NTFF pair view works
@@ -272,9 +277,12 @@ def find_artifacts(
         only_pb = bool(found.other_files) and not any(f.endswith(".ntff") for f in found.other_files)
         found.problems.append(
             "no NEFF/NTFF files were written"
-            + (": only system-profile (.pb) files, device profiling was off (keep \"device\" in NeuronOptions.modes)" if only_pb
-               else ": device capture is missing (warm up first; ProfileMode.DEVICE on; "
-               "torch.neuron.synchronize() before the profile ends)")
+            + (
+                ': only system-profile (.pb) files, device profiling was off (keep "device" in NeuronOptions.modes)'
+                if only_pb
+                else ": device capture is missing (warm up first; ProfileMode.DEVICE on; "
+                "torch.neuron.synchronize() before the profile ends)"
+            )
         )
     return found
 
@@ -292,7 +300,9 @@ def _pair_model(
         group.problems += [p for p in (_oversized(f) for f in ntffs) if p]
         if not ntffs and device_mode:
             # troubleshooting.rst "Unequal number of NEFF and NTFF files": expected in model mode.
-            group.notes.append(f"no NTFF with id {pid}: this NEFF did not run inside the profile (Explorer opens the matching pairs)")
+            group.notes.append(
+                f"no NTFF with id {pid}: this NEFF did not run inside the profile (Explorer opens the matching pairs)"
+            )
         found.groups.append(group)
     for pid, ntffs in sorted(ntff_by_id.items()):
         found.groups.append(
@@ -325,7 +335,7 @@ def _check_empty_ntffs(found: NeuronArtifacts, session: list[Path], model: list[
     if len(empty) == len(ntffs):
         found.problems.append(
             f"every NTFF is empty ({len(empty)} file{'s' if len(empty) > 1 else ''}): no device execution was captured; "
-            "warm up 3+ iterations before profiling, keep \"device\" in NeuronOptions.modes, and make sure the model runs on "
+            'warm up 3+ iterations before profiling, keep "device" in NeuronOptions.modes, and make sure the model runs on '
             "the NeuronCores being captured (capture_enabled_for_nc / NEURON_RT_NUM_CORES)"
         )
         return

@@ -187,7 +187,9 @@ def parse_summary(doc: Any) -> list[dict[str, Any]]:
     """
     items: list[tuple[str, Mapping[str, Any]]] = []
     if isinstance(doc, list):
-        items = [(str(r.get("name") or r.get("profile_name") or f"profile_{i}"), r) for i, r in enumerate(doc) if isinstance(r, dict)]
+        items = [
+            (str(r.get("name") or r.get("profile_name") or f"profile_{i}"), r) for i, r in enumerate(doc) if isinstance(r, dict)
+        ]
     elif isinstance(doc, dict):
         if "total_time" in doc:
             items = [(str(doc.get("name") or "profile"), doc)]
@@ -234,10 +236,28 @@ def _weighted(profiles: Sequence[Mapping[str, Any]], key: str, sub: str | None =
     return sum(v * w for v, w in pairs) / weight if weight > 0 else sum(v for v, _ in pairs) / len(pairs)
 
 
-_SUMMED = ("total_time_s", "dma_active_time_s", "hbm_read_bytes", "hbm_write_bytes", "spill_reload_bytes",
-           "spill_save_bytes", "model_flops", "hardware_flops", "transpose_flops")
-_AVERAGED = ("mfu_percent", "hfu_percent", "mbu_percent", "dma_mbu_percent", "dma_active_percent",
-             "cc_active_percent", "throttle_active_percent", "throttle_max_util_percent", "mm_arithmetic_intensity")
+_SUMMED = (
+    "total_time_s",
+    "dma_active_time_s",
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "spill_reload_bytes",
+    "spill_save_bytes",
+    "model_flops",
+    "hardware_flops",
+    "transpose_flops",
+)
+_AVERAGED = (
+    "mfu_percent",
+    "hfu_percent",
+    "mbu_percent",
+    "dma_mbu_percent",
+    "dma_active_percent",
+    "cc_active_percent",
+    "throttle_active_percent",
+    "throttle_max_util_percent",
+    "mm_arithmetic_intensity",
+)
 
 
 def aggregate(profiles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -295,55 +315,88 @@ def explorer_findings(metrics: Mapping[str, Any]) -> list[Finding]:
         ratio = float(mfu) / float(tensor_active)
         if ratio < MODEL_TO_ACTIVE_MIN:
             us = t_us * tensor_active / 100.0 * (1.0 - ratio)  # tensor-engine time not spent on model FLOPs
-            out.append(_finding(
-                "neuron_mfu_low",
-                f"{name}: model FLOPs are {ratio:.0%} of the tensor engine's active FLOPs (< 50%): use the entire tensor "
-                "engine (larger tiles) and pipeline its instructions",
-                us, t_us,
-                {"profile": name, "model_to_active": round(ratio, 4), "threshold": MODEL_TO_ACTIVE_MIN,
-                 "mfu_percent": mfu, "tensor_engine_active_percent": tensor_active, "total_time_s": metrics.get("total_time_s")},
-            ))
+            out.append(
+                _finding(
+                    "neuron_mfu_low",
+                    f"{name}: model FLOPs are {ratio:.0%} of the tensor engine's active FLOPs (< 50%): use the entire tensor "
+                    "engine (larger tiles) and pipeline its instructions",
+                    us,
+                    t_us,
+                    {
+                        "profile": name,
+                        "model_to_active": round(ratio, 4),
+                        "threshold": MODEL_TO_ACTIVE_MIN,
+                        "mfu_percent": mfu,
+                        "tensor_engine_active_percent": tensor_active,
+                        "total_time_s": metrics.get("total_time_s"),
+                    },
+                )
+            )
 
     for engine, coverage in sorted((metrics.get("nki_coverage_percent") or {}).items()):
         if coverage / 100.0 < NKI_COVERAGE_MIN:
             active = float(engines.get(engine) or 0.0)
             us = t_us * active / 100.0 * (1.0 - coverage / 100.0)  # engine time in compiler-generated code
-            out.append(_finding(
-                "neuron_nki_coverage_low",
-                f"{name}: only {coverage:.0f}% of the {engine} engine's instructions come from NKI (< 50%): write NKI "
-                "kernels for the operations that dominate it",
-                us, t_us,
-                {"profile": name, "engine": engine, "nki_coverage_percent": round(coverage, 3),
-                 "threshold_percent": NKI_COVERAGE_MIN * 100, "engine_active_percent": engines.get(engine)},
-            ))
+            out.append(
+                _finding(
+                    "neuron_nki_coverage_low",
+                    f"{name}: only {coverage:.0f}% of the {engine} engine's instructions come from NKI (< 50%): write NKI "
+                    "kernels for the operations that dominate it",
+                    us,
+                    t_us,
+                    {
+                        "profile": name,
+                        "engine": engine,
+                        "nki_coverage_percent": round(coverage, 3),
+                        "threshold_percent": NKI_COVERAGE_MIN * 100,
+                        "engine_active_percent": engines.get(engine),
+                    },
+                )
+            )
 
     throttled = metrics.get("throttle_active_percent")
     if throttled is not None and throttled > 0:
         limit = metrics.get("throttle_max_util_percent")
         util = _THROTTLED_UTIL if limit is None else (limit / 100.0 if limit > 1.0 else float(limit))
         us = t_us * throttled / 100.0 * (1.0 - util)
-        out.append(_finding(
-            "neuron_throttling",
-            f"{name}: the tensor engine was throttled {throttled:.1f}% of the time: keep it at or above 50% utilisation "
-            "(pipeline instructions, overlap DMA with compute) so the current limiter does not re-engage",
-            us, t_us,
-            {"profile": name, "throttle_active_percent": throttled, "threshold_percent": 0.0,
-             "achievable_utilisation": round(util, 4), "assumed_utilisation": limit is None},
-        ))
+        out.append(
+            _finding(
+                "neuron_throttling",
+                f"{name}: the tensor engine was throttled {throttled:.1f}% of the time: keep it at or above 50% utilisation "
+                "(pipeline instructions, overlap DMA with compute) so the current limiter does not re-engage",
+                us,
+                t_us,
+                {
+                    "profile": name,
+                    "throttle_active_percent": throttled,
+                    "threshold_percent": 0.0,
+                    "achievable_utilisation": round(util, 4),
+                    "assumed_utilisation": limit is None,
+                },
+            )
+        )
 
     transpose, hw = metrics.get("transpose_flops"), metrics.get("hardware_flops")
     if transpose is not None and hw:
         share = float(transpose) / float(hw)
         if share > TRANSPOSE_MAX:
             us = t_us * float(tensor_active or 0.0) / 100.0 * share  # tensor-engine time spent transposing
-            out.append(_finding(
-                "neuron_transpose_high",
-                f"{name}: transposes are {share:.1%} of the tensor engine's hardware FLOPs (> 10%): improve the memory "
-                "layout so fewer transposes are needed",
-                us, t_us,
-                {"profile": name, "transpose_share": round(share, 4), "threshold": TRANSPOSE_MAX,
-                 "transpose_flops": transpose, "hardware_flops": hw},
-            ))
+            out.append(
+                _finding(
+                    "neuron_transpose_high",
+                    f"{name}: transposes are {share:.1%} of the tensor engine's hardware FLOPs (> 10%): improve the memory "
+                    "layout so fewer transposes are needed",
+                    us,
+                    t_us,
+                    {
+                        "profile": name,
+                        "transpose_share": round(share, 4),
+                        "threshold": TRANSPOSE_MAX,
+                        "transpose_flops": transpose,
+                        "hardware_flops": hw,
+                    },
+                )
+            )
 
     reload, reads = metrics.get("spill_reload_bytes"), metrics.get("hbm_read_bytes")
     if reload is not None and reads:
@@ -353,14 +406,23 @@ def explorer_findings(metrics: Mapping[str, Any]) -> list[Finding]:
             dma_s = metrics.get("dma_active_time_s")
             base_us = float(dma_s) * 1e6 if dma_s is not None else t_us
             us = base_us * float(reload) / moved  # DMA time moving spill reloads, at the average rate
-            out.append(_finding(
-                "neuron_spill_reload_high",
-                f"{name}: SBUF spill reloads are {share:.1%} of HBM reads (> 25%): check the data dependencies that force "
-                "intermediates to spill and reload",
-                us, t_us,
-                {"profile": name, "spill_reload_share": round(share, 4), "threshold": SPILL_RELOAD_MAX,
-                 "spill_reload_bytes": reload, "hbm_read_bytes": reads, "dma_active_time_s": dma_s},
-            ))
+            out.append(
+                _finding(
+                    "neuron_spill_reload_high",
+                    f"{name}: SBUF spill reloads are {share:.1%} of HBM reads (> 25%): check the data dependencies that force "
+                    "intermediates to spill and reload",
+                    us,
+                    t_us,
+                    {
+                        "profile": name,
+                        "spill_reload_share": round(share, 4),
+                        "threshold": SPILL_RELOAD_MAX,
+                        "spill_reload_bytes": reload,
+                        "hbm_read_bytes": reads,
+                        "dma_active_time_s": dma_s,
+                    },
+                )
+            )
     out.sort(key=lambda f: -f.us_at_stake)
     return out
 
@@ -379,7 +441,9 @@ def findings_for_profiles(profiles: Sequence[Mapping[str, Any]]) -> list[Finding
         us = sum(f.us_at_stake for f in group)
         evidence = dict(worst.evidence)
         if len(group) > 1:
-            evidence["profiles"] = [f.evidence.get("profile") for f in sorted(group, key=lambda f: -f.us_at_stake)][:_MAX_PROFILES]
+            evidence["profiles"] = [f.evidence.get("profile") for f in sorted(group, key=lambda f: -f.us_at_stake)][
+                :_MAX_PROFILES
+            ]
         out.append(Finding(worst.rule, worst.message, us, evidence, _severity(us, total_us)))
     out.sort(key=lambda f: -f.us_at_stake)
     return out
@@ -437,7 +501,12 @@ class ExplorerResult:
         parts = []
         if m.get("total_time_s") is not None:
             parts.append(f"device time {m['total_time_s'] * 1e3:.3f} ms")
-        for key, label in (("mfu_percent", "MFU"), ("hfu_percent", "HFU"), ("mbu_percent", "MBU"), ("cc_active_percent", "CC active")):
+        for key, label in (
+            ("mfu_percent", "MFU"),
+            ("hfu_percent", "HFU"),
+            ("mbu_percent", "MBU"),
+            ("cc_active_percent", "CC active"),
+        ):
             if m.get(key) is not None:
                 parts.append(f"{label} {m[key]:.1f}%")
         engines = m.get("engine_active_percent") or {}
@@ -487,7 +556,14 @@ def _run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
     """(exit status or None on timeout/failure to start, combined output tail)."""
     try:
         proc = subprocess.run(
-            cmd, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False
+            cmd,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or "") + (exc.stderr or "")
@@ -522,7 +598,9 @@ def collect_explorer(
     return result
 
 
-def _collect(result: ExplorerResult, run_dir: Path, artifacts: NeuronArtifacts, mode: str, timeout_s: float, max_bytes: int) -> None:
+def _collect(
+    result: ExplorerResult, run_dir: Path, artifacts: NeuronArtifacts, mode: str, timeout_s: float, max_bytes: int
+) -> None:
     summaries, system = _discover(run_dir, artifacts.root)
     need_summary = not summaries and bool(artifacts.ntff_files)  # device metrics need NTFFs
     need_system = system is None and artifacts.has_system_profile  # lanes need ntrace.pb + trace_info.pb
@@ -595,7 +673,17 @@ def _system_json(
     result: ExplorerResult, exe: str, out_dir: Path, artifacts: NeuronArtifacts, timeout_s: float, outputs: list[str]
 ) -> Path | None:
     target = out_dir / "system_profile.json"
-    cmd = [exe, "view", "-d", str(artifacts.profile_root), "--output-format", "json", "--ignore-device-profile", "--output-file", str(target)]
+    cmd = [
+        exe,
+        "view",
+        "-d",
+        str(artifacts.profile_root),
+        "--output-format",
+        "json",
+        "--ignore-device-profile",
+        "--output-file",
+        str(target),
+    ]
     rc, text = _run(cmd, out_dir, timeout_s)
     result.commands.append(" ".join(cmd))
     outputs.append(text)
@@ -605,7 +693,9 @@ def _system_json(
     return found
 
 
-def _view(result: ExplorerResult, cmd: list[str], out_dir: Path, timeout_s: float, target: Path, outputs: list[str]) -> list[Path]:
+def _view(
+    result: ExplorerResult, cmd: list[str], out_dir: Path, timeout_s: float, target: Path, outputs: list[str]
+) -> list[Path]:
     rc, text = _run(cmd, out_dir, timeout_s)
     result.commands.append(" ".join(cmd))
     outputs.append(text)

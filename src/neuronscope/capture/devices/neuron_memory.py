@@ -32,8 +32,18 @@ __all__ = ["NEURON_OOM_TABLE_GLOB", "neuron_memory_stats", "neuron_oom_table", "
 NEURON_OOM_TABLE_GLOB = "neuron_mem_table_device_*_hbm_*.log"
 #: the directory it is saved in (the runtime writes /tmp; tests and the emulator may point elsewhere)
 NEURON_OOM_TABLE_DIR_ENV = _env.NEURON_MEM_TABLE_DIR.name
-_UNITS = {"b": 1, "bytes": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4,
-          "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_UNITS = {
+    "b": 1,
+    "bytes": 1,
+    "kb": 1024,
+    "mb": 1024**2,
+    "gb": 1024**3,
+    "tb": 1024**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
 _FAILED = re.compile(r"Failed to allocate\s+([\d.]+\s*[KMGT]?i?B)\s*\(([^)]*)\)\s*on\s+(ND\s*\d+(?::NC\s*\d+)?)", re.I)
 _BULLET = re.compile(r"^\s*\*\s*([A-Za-z][\w ]*?)\s*:\s*([\d.]+\s*[KMGT]?i?B)\b", re.I)
 _NEFF_NAME = re.compile(r'^\s*(\d+):\s*"(.*)"\s*$')
@@ -66,12 +76,12 @@ def neuron_oom_table(since_ns: int = 0, directory: str | None = None) -> dict[st
 def parse_neuron_mem_table(text: str) -> dict[str, Any]:
     """The runtime's OOM memory table as data::
 
-        {"categories": {"Tensors": 21474836480, "Model Code": ..., ...},   # the first device row, TOTAL excluded
-         "total_bytes": int | None,                                       # its TOTAL
-         "rows": [{"name": "ND 0 Overall", "level": "device"|"nc"|"neff",
-                   "total_bytes": int | None, "categories": {...}}, ...],  # "n/a" cells left out
-         "neffs": {"1001": "1.0.41235.0+df4a714bb-/local/out-test0_meta_dense", ...},
-         "failed_allocation": {"bytes": int, "usage": "tensors", "where": "ND 0:NC 4"} | None}
+    {"categories": {"Tensors": 21474836480, "Model Code": ..., ...},   # the first device row, TOTAL excluded
+     "total_bytes": int | None,                                       # its TOTAL
+     "rows": [{"name": "ND 0 Overall", "level": "device"|"nc"|"neff",
+               "total_bytes": int | None, "categories": {...}}, ...],  # "n/a" cells left out
+     "neffs": {"1001": "1.0.41235.0+df4a714bb-/local/out-test0_meta_dense", ...},
+     "failed_allocation": {"bytes": int, "usage": "tensors", "where": "ND 0:NC 4"} | None}
     """
     lines = text.splitlines()
     header: list[list[str]] = []
@@ -84,8 +94,11 @@ def parse_neuron_mem_table(text: str) -> dict[str, Any]:
         fm = _FAILED.search(line)
         if fm and failed is None:
             opts = dict(kv.split(":", 1) for kv in fm.group(2).split(",") if ":" in kv)
-            failed = {"bytes": _to_bytes(fm.group(1)), "usage": (opts.get(" usage") or opts.get("usage") or "").strip() or None,
-                      "where": re.sub(r"\s+", " ", fm.group(3))}
+            failed = {
+                "bytes": _to_bytes(fm.group(1)),
+                "usage": (opts.get(" usage") or opts.get("usage") or "").strip() or None,
+                "where": re.sub(r"\s+", " ", fm.group(3)),
+            }
             continue
         if "NEFF id to name mapping" in line:
             in_names = True

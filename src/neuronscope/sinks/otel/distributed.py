@@ -80,8 +80,13 @@ def step_context(run: Any, parent: Any) -> StepContext | None:
     )
     base = parent if parent is not None else otel_context.Context()
     return StepContext(
-        trace_id=trace_id, span_id=span_id, index=index, window=window, rank=int(m["rank"]),
-        emits_root=int(m["rank"]) == first, context=trace.set_span_in_context(remote, base),
+        trace_id=trace_id,
+        span_id=span_id,
+        index=index,
+        window=window,
+        rank=int(m["rank"]),
+        emits_root=int(m["rank"]) == first,
+        context=trace.set_span_in_context(remote, base),
     )
 
 

@@ -20,8 +20,17 @@ from .spans import emit_run
 if TYPE_CHECKING:
     from ...result import RunResult
 
-__all__ = ["OTEL_SINK", "PROMETHEUS_SINK", "OtelSink", "PrometheusSink", "active_otel_sinks", "all_otel_sinks",
-           "emit_rank_run", "record_metrics", "record_neuron_metrics"]
+__all__ = [
+    "OTEL_SINK",
+    "PROMETHEUS_SINK",
+    "OtelSink",
+    "PrometheusSink",
+    "active_otel_sinks",
+    "all_otel_sinks",
+    "emit_rank_run",
+    "record_metrics",
+    "record_neuron_metrics",
+]
 
 _SCOPE = "neuronscope"
 _lock = threading.Lock()
@@ -190,19 +199,50 @@ def _neuron_instruments_for(meter_provider: Any) -> dict[str, Any]:
 
             found = {
                 # utilisation as a fraction with unit "1", as OpenTelemetry's *.utilization metrics
-                "util": gauge("neuronscope.neuron.utilization", unit="1", description="Neuron Explorer utilisation of one profile, 0-1 (MFU, HFU, MBU, engine active, ...)"),
-                "time": gauge("neuronscope.neuron.device_time", unit="s", description="On-device time of one profile (Neuron Explorer total_time; metric=dma_active: DMA active time)"),
-                "bytes": gauge("neuronscope.neuron.memory.io", unit="By", description="Bytes one profile moved (Neuron Explorer hbm_read, hbm_write, spill_reload, spill_save)"),
-                "host_mem": meter.create_histogram("neuronscope.neuron.host_memory.usage", unit="By", description="Host memory samples of the Neuron system profile"),
-                "cpu": meter.create_histogram("neuronscope.neuron.cpu.utilization", unit="1", description="Per-core CPU utilisation samples of the Neuron system profile, 0-1"),
-                "dropped": meter.create_counter("neuronscope.neuron.dropped_events", unit="{event}", description="Trace events the Neuron runtime dropped during capture"),
+                "util": gauge(
+                    "neuronscope.neuron.utilization",
+                    unit="1",
+                    description="Neuron Explorer utilisation of one profile, 0-1 (MFU, HFU, MBU, engine active, ...)",
+                ),
+                "time": gauge(
+                    "neuronscope.neuron.device_time",
+                    unit="s",
+                    description="On-device time of one profile (Neuron Explorer total_time; metric=dma_active: DMA active time)",
+                ),
+                "bytes": gauge(
+                    "neuronscope.neuron.memory.io",
+                    unit="By",
+                    description="Bytes one profile moved (Neuron Explorer hbm_read, hbm_write, spill_reload, spill_save)",
+                ),
+                "host_mem": meter.create_histogram(
+                    "neuronscope.neuron.host_memory.usage",
+                    unit="By",
+                    description="Host memory samples of the Neuron system profile",
+                ),
+                "cpu": meter.create_histogram(
+                    "neuronscope.neuron.cpu.utilization",
+                    unit="1",
+                    description="Per-core CPU utilisation samples of the Neuron system profile, 0-1",
+                ),
+                "dropped": meter.create_counter(
+                    "neuronscope.neuron.dropped_events",
+                    unit="{event}",
+                    description="Trace events the Neuron runtime dropped during capture",
+                ),
             }
             _neuron_instruments[key] = (weakref.ref(meter_provider), found)
         return found
 
 
-_UTIL_METRICS = {"mfu_percent": "mfu", "hfu_percent": "hfu", "mbu_percent": "mbu", "dma_mbu_percent": "dma_mbu",
-                 "dma_active_percent": "dma_active", "cc_active_percent": "cc_active", "throttle_active_percent": "throttle_active"}
+_UTIL_METRICS = {
+    "mfu_percent": "mfu",
+    "hfu_percent": "hfu",
+    "mbu_percent": "mbu",
+    "dma_mbu_percent": "dma_mbu",
+    "dma_active_percent": "dma_active",
+    "cc_active_percent": "cc_active",
+    "throttle_active_percent": "throttle_active",
+}
 
 
 def record_neuron_metrics(run: "RunResult", meter_provider: Any) -> None:
@@ -239,5 +279,3 @@ def record_neuron_metrics(run: "RunResult", meter_provider: Any) -> None:
             inst["dropped"].add(int(dropped["dropped"]), base)
     except Exception as exc:  # noqa: BLE001 - telemetry never raises into user code
         _stats.contain("recording Neuron metrics", exc, exc_info=False, once=True)
-
-

@@ -192,7 +192,7 @@ def _unwrap(item: Any) -> dict[str, Any] | None:
     if "timestamp" in item:
         return item
     if len(item) == 1:
-        (kind, inner), = item.items()
+        ((kind, inner),) = item.items()
         if isinstance(inner, dict) and "timestamp" in inner:
             return {**inner, "event_type": kind}
     return None

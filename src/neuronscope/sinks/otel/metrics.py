@@ -136,13 +136,19 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             return entry[1]
         meter = meter_provider.get_meter(_SCOPE, __version__)
         op_time = _histogram(
-            meter, OP_DEVICE_TIME, "s", "Self device time of an op within one profiled call, summed over its calls", OP_TIME_BUCKETS_S
+            meter,
+            OP_DEVICE_TIME,
+            "s",
+            "Self device time of an op within one profiled call, summed over its calls",
+            OP_TIME_BUCKETS_S,
         )
         duration = _histogram(meter, PROFILE_DURATION, "s", "Wall-clock duration of profiled calls", DURATION_BUCKETS_S)
         utilization = _histogram(
             meter, DEVICE_BUSY, "1", "Fraction of a profiled call's window the device was busy", UTILIZATION_BUCKETS
         )
-        step_time = _histogram(meter, STEP_DURATION, "s", "Wall-clock duration of the steps of profiled calls", DURATION_BUCKETS_S)
+        step_time = _histogram(
+            meter, STEP_DURATION, "s", "Wall-clock duration of the steps of profiled calls", DURATION_BUCKETS_S
+        )
         memory_peak = _histogram(
             meter, MEMORY_PEAK, "By", "Peak allocated memory of profiled calls recorded with memory=True", MEMORY_BUCKETS_BYTES
         )
@@ -166,8 +172,11 @@ def instruments_for(meter_provider: Any) -> _Instruments:
             description="Calls profiled on demand, by trigger kind: arm (ns.arm / neuronscope arm), slow (a SlowCalls trigger), baseline",
         )
         comm_exposed = _histogram(
-            meter, COMMUNICATION_EXPOSED, "1",
-            "Fraction of a profiled call's window in collectives with no compute beside them", UTILIZATION_BUCKETS,
+            meter,
+            COMMUNICATION_EXPOSED,
+            "1",
+            "Fraction of a profiled call's window in collectives with no compute beside them",
+            UTILIZATION_BUCKETS,
         )
         comm_time = _histogram(
             meter, COMMUNICATION_TIME, "s", "Collective time within one profiled call, by collective kind", OP_TIME_BUCKETS_S

@@ -171,9 +171,7 @@ class PrometheusEndpoint:
 
         attrs = {**rank_resource_attributes(), **attrs}
         # shutdown_on_exit=False: stop() (configure or neuronscope's exit hook) shuts it down, once
-        self.meter_provider = MeterProvider(
-            resource=Resource.create(attrs), metric_readers=[self.reader], shutdown_on_exit=False
-        )
+        self.meter_provider = MeterProvider(resource=Resource.create(attrs), metric_readers=[self.reader], shutdown_on_exit=False)
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except BaseException:

@@ -218,9 +218,7 @@ class CountingSpanExporter(SpanExporter):
 
 class CountingMetricExporter(MetricExporter):
     def __init__(self, inner: MetricExporter) -> None:
-        super().__init__(
-            preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation
-        )
+        super().__init__(preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation)
         self.inner = inner
         self._warn = _LogOnce()
 

@@ -135,8 +135,17 @@ def trigger_links(run: "RunResult") -> list[Any] | None:
 
 #: Neuron Explorer metrics (manifest["neuron"]["explorer"]["metrics"]) put on the root span
 _NEURON_METRICS = (
-    "total_time_s", "mfu_percent", "hfu_percent", "mbu_percent", "dma_mbu_percent", "dma_active_time_s",
-    "dma_active_percent", "cc_active_percent", "hbm_read_bytes", "spill_reload_bytes", "throttle_active_percent",
+    "total_time_s",
+    "mfu_percent",
+    "hfu_percent",
+    "mbu_percent",
+    "dma_mbu_percent",
+    "dma_active_time_s",
+    "dma_active_percent",
+    "cc_active_percent",
+    "hbm_read_bytes",
+    "spill_reload_bytes",
+    "throttle_active_percent",
 )
 
 
@@ -242,8 +251,12 @@ def emit_run(
     for f in diagnosis.findings[:10] if diagnosis is not None else ():  # one event per finding, at the run's end
         root.add_event(
             "neuronscope.finding",
-            {"neuronscope.finding.rule": f.rule, "neuronscope.finding.message": _cap(f.message),
-             "neuronscope.finding.us_at_stake": round(float(f.us_at_stake), 3), "neuronscope.finding.severity": f.severity},
+            {
+                "neuronscope.finding.rule": f.rule,
+                "neuronscope.finding.message": _cap(f.message),
+                "neuronscope.finding.us_at_stake": round(float(f.us_at_stake), 3),
+                "neuronscope.finding.severity": f.severity,
+            },
             timestamp=run.end_ns,
         )
     summary = run.summary
@@ -296,9 +309,7 @@ def _emit_lanes(tracer: Any, root: Any, run: "RunResult", op_contexts: dict[str,
     return created
 
 
-def _emit_summary(
-    tracer: Any, root: Any, summary: "Summary", start: int, end: int, op_contexts: dict[str, list[Any]]
-) -> int:
+def _emit_summary(tracer: Any, root: Any, summary: "Summary", start: int, end: int, op_contexts: dict[str, list[Any]]) -> int:
     created = 0
     bounds = {"": (start, end)}
     spans: dict[str, Any] = {"": root}
@@ -389,7 +400,10 @@ def _emit_events(tracer: Any, root: Any, run: "RunResult", budget: int) -> tuple
         by_corr = {c: pos for pos, c in enumerate(corr) if c > 0}
         dev = np.flatnonzero(kind == EventKind.DEVICE)
         for d_start, d_dur, d_name, link in zip(
-            tr.start_ns[dev].tolist(), tr.duration_ns[dev].tolist(), tr.name_id[dev].tolist(), tr.linked_correlation_id[dev].tolist()
+            tr.start_ns[dev].tolist(),
+            tr.duration_ns[dev].tolist(),
+            tr.name_id[dev].tolist(),
+            tr.linked_correlation_id[dev].tolist(),
         ):
             pos = by_corr.get(link, -1)
             launcher = names[name_ids[pos]] if pos >= 0 else ""

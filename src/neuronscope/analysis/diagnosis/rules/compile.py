@@ -21,7 +21,11 @@ def compile_in_window(ctx: Context) -> list:
     if compile_ns < _MIN_NS or compile_ns < _MIN_SHARE * max(tl.window_ns, 1):
         return []
     names = sorted({n for n in trace.names if is_compile(n)})
-    what = "Neuron compilation" if ctx.device == "neuron" and any("neuron" in n.lower() or "nrt" in n.lower() for n in names) else "torch.compile"
+    what = (
+        "Neuron compilation"
+        if ctx.device == "neuron" and any("neuron" in n.lower() or "nrt" in n.lower() for n in names)
+        else "torch.compile"
+    )
     return [
         ctx.finding(
             "compile_in_window",

@@ -37,9 +37,8 @@ def launch_bound_loop(ctx: Context) -> list:
     if share < _MIN_SHARE or median >= _MAX_MEDIAN_NS:
         return []
     n = int(durations.size)
-    fix = (
-        "batch the work into fewer, bigger ops (vectorise the loop), or torch.compile it"
-        + ("; on CUDA, CUDA graphs (torch.compile(mode='reduce-overhead'))" if ctx.device == "cuda" else "")
+    fix = "batch the work into fewer, bigger ops (vectorise the loop), or torch.compile it" + (
+        "; on CUDA, CUDA graphs (torch.compile(mode='reduce-overhead'))" if ctx.device == "cuda" else ""
     )
     return [
         ctx.finding(

@@ -128,7 +128,11 @@ def neuron_schedule_gap(ctx: Context) -> list:
             f"({delay.size} executions): the host-side submit path is the bottleneck — batch more work per graph "
             "(torch.compile / bigger NEFFs), avoid per-step host transfers",
             exposed / 1e3,
-            {"executions": int(delay.size), "median_delay_us": round(median / 1e3, 3), "max_delay_us": round(float(delay.max()) / 1e3, 3)},
+            {
+                "executions": int(delay.size),
+                "median_delay_us": round(median / 1e3, 3),
+                "max_delay_us": round(float(delay.max()) / 1e3, 3),
+            },
         )
     ]
 

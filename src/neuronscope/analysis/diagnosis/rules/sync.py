@@ -49,8 +49,13 @@ def sync_in_loop(ctx: Context) -> list:
             f"{n} host-device syncs{per} — {ops}{at}: keep values on the device, read them back every N steps, "
             "or use non_blocking copies",
             at_stake_ns / 1e3,
-            {"syncs": n, "by_op": dict(by_op), "sync_idle_us": round(idle_ns / 1e3, 3), "locations": where,
-             "host_time_in_syncs_us": round(blocked_ns / 1e3, 3)},
+            {
+                "syncs": n,
+                "by_op": dict(by_op),
+                "sync_idle_us": round(idle_ns / 1e3, 3),
+                "locations": where,
+                "host_time_in_syncs_us": round(blocked_ns / 1e3, 3),
+            },
         )
     ]
 
