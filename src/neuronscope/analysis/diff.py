@@ -26,6 +26,9 @@ from ..errors import ConfigurationError
 from .summary import OpStats, Summary
 
 __all__ = [
+    "DIFF_OP_COLUMNS",
+    "DIFF_REGION_COLUMNS",
+    "DiffColumn",
     "DIFF_SCHEMA_VERSION",
     "Contribution",
     "Delta",
@@ -116,6 +119,110 @@ class RegionDelta:
             "wall_time_us": self.wall_time_us.to_dict(),
             "device_time_us": self.device_time_us.to_dict(),
         }
+
+
+def pct_text(p: float | None, presence: str = "both") -> str:
+    """A change in percent as the tables show it: ``+12.5%``, ``new``, ``gone``."""
+    if presence == "only_b" or p is None:
+        return "new"
+    if presence == "only_a":
+        return "gone"
+    return f"{p:+.1f}%"
+
+
+def signed_us(us: float) -> str:
+    """A difference in time as the tables show it: ``+1.2ms``, ``-300us``, ``±0us``."""
+    from .text import format_us
+
+    return ("+" if us > 0 else "-" if us < 0 else "±") + format_us(abs(us))
+
+
+@dataclass(frozen=True)
+class DiffColumn:
+    """One column of a diff table: the terminal, the HTML report and ``--json`` read this one
+    spec, so they show the same columns in the same order."""
+
+    key: str  #: the JSON key (a Delta's field path), also the HTML column's id
+    header: str
+    priority: int  #: a narrow terminal drops the highest number first
+    text: Any  #: row -> the cell's text
+    value: Any  #: row -> the number it sorts by (None: not a number)
+    tone: Any = None  #: row -> "worse" | "better" | "" (the cell's colour), or None
+
+
+def _tone(d: Delta, presence: str) -> str:
+    if presence == "only_b":
+        return "worse"
+    if presence == "only_a":
+        return "better"
+    p = d.pct
+    return "worse" if p is not None and p > 1.0 else "better" if p is not None and p < -1.0 else ""
+
+
+def _us(x: float) -> str:
+    from .text import format_us
+
+    return format_us(x)
+
+
+#: the per-op table of ``neuronscope diff`` (terminal), the diff report's table (HTML)
+DIFF_OP_COLUMNS: tuple[DiffColumn, ...] = (
+    DiffColumn(
+        "self_device_time_us.a",
+        "A",
+        3,
+        lambda o: _us(o.self_device_time_us.a) if o.presence != "only_b" else "-",
+        lambda o: o.self_device_time_us.a,
+    ),
+    DiffColumn(
+        "self_device_time_us.b",
+        "B",
+        2,
+        lambda o: _us(o.self_device_time_us.b) if o.presence != "only_a" else "-",
+        lambda o: o.self_device_time_us.b,
+    ),
+    DiffColumn(
+        "self_device_time_us.delta",
+        "Δ",
+        1,
+        lambda o: signed_us(o.self_device_time_us.delta),
+        lambda o: o.self_device_time_us.delta,
+    ),
+    DiffColumn(
+        "self_device_time_us.pct",
+        "Δ %",
+        1,
+        lambda o: pct_text(o.self_device_time_us.pct, o.presence),
+        lambda o: o.self_device_time_us.pct,
+        lambda o: _tone(o.self_device_time_us, o.presence),
+    ),
+    DiffColumn("calls", "Calls A→B", 4, lambda o: f"{o.calls.a}→{o.calls.b}", lambda o: o.calls.b),
+)
+
+#: the per-region table
+DIFF_REGION_COLUMNS: tuple[DiffColumn, ...] = (
+    DiffColumn("occurrences", "Runs A→B", 3, lambda r: f"{r.occurrences.a}→{r.occurrences.b}", lambda r: r.occurrences.b),
+    DiffColumn("wall_time_us.a", "Wall A", 5, lambda r: _us(r.wall_time_us.a), lambda r: r.wall_time_us.a),
+    DiffColumn("wall_time_us.b", "Wall B", 5, lambda r: _us(r.wall_time_us.b), lambda r: r.wall_time_us.b),
+    DiffColumn(
+        "wall_time_us.pct",
+        "Wall Δ %",
+        2,
+        lambda r: pct_text(r.wall_time_us.pct, r.presence),
+        lambda r: r.wall_time_us.pct,
+        lambda r: _tone(r.wall_time_us, r.presence),
+    ),
+    DiffColumn("device_time_us.a", "Device A", 4, lambda r: _us(r.device_time_us.a), lambda r: r.device_time_us.a),
+    DiffColumn("device_time_us.b", "Device B", 4, lambda r: _us(r.device_time_us.b), lambda r: r.device_time_us.b),
+    DiffColumn(
+        "device_time_us.pct",
+        "Device Δ %",
+        1,
+        lambda r: pct_text(r.device_time_us.pct, r.presence),
+        lambda r: r.device_time_us.pct,
+        lambda r: _tone(r.device_time_us, r.presence),
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from urllib.parse import quote
 import numpy as np
 
 from .._version import __version__
-from ..analysis.diff import SummaryDiff, diff_summaries
+from ..analysis.diff import DIFF_OP_COLUMNS, DIFF_REGION_COLUMNS, SummaryDiff, diff_summaries
 from ..analysis.intervals import busy_bins
 from ..analysis.nesting import nest
 from ..analysis.summary import Summary
@@ -356,11 +356,9 @@ def _files(source: Source, key: str, link_base: Path | None) -> str:
 
 
 def _pct(p: float | None, presence: str = "both") -> str:
-    if presence == "only_b" or p is None:
-        return "new"
-    if presence == "only_a":
-        return "gone"
-    return f"{p:+.1f}%"
+    from ..analysis.diff import pct_text
+
+    return pct_text(p, presence)
 
 
 def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
@@ -395,7 +393,6 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
             f'<line class="axis" x1="{mid}" x2="{mid}" y1="0" y2="{h}"/>'
         ),
     ]
-    rows = []
     for i, o in enumerate(ops):
         sd = o.self_device_time_us
         y = 4 + i * _ROW_H
@@ -411,33 +408,37 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
             f'height="{_ROW_H - 6}" data-op="{_e(o.name)}" data-delta-us="{sd.delta:.3f}" data-presence="{o.presence}"/>'
             f'<text x="{tx:.2f}" y="{y + 15}" text-anchor="{anchor}" class="value">{_e(label)}</text></g>'
         )
-    for o in d.ops:
-        sd = o.self_device_time_us
-        rows.append(
-            f'<tr class="{o.presence}"><td title="{_e(o.name)}">{_e(d.label(o.name))}</td><td data-v="{sd.a}">{format_us(sd.a)}</td>'
-            f'<td data-v="{sd.b}">{format_us(sd.b)}</td><td data-v="{sd.delta}">{"+" if sd.delta >= 0 else "−"}'
-            f'{format_us(abs(sd.delta))}</td><td data-v="{sd.pct if sd.pct is not None else 1e300}">{_pct(sd.pct, o.presence)}</td>'
-            f'<td data-v="{o.calls.b}">{o.calls.a}→{o.calls.b}</td></tr>'
-        )
     out.append("</svg>")
+    op_rows = [(f'<td title="{_e(o.name)}">{_e(d.label(o.name))}</td>', o) for o in d.ops]
     out.append(
-        f'<details class="all-ops"><summary>All {len(d.ops)} ops</summary><table id="diff-table" class="diff-table sortable">'
-        "<thead><tr><th>Op</th><th>A self device</th><th>B self device</th><th>Δ</th><th>Δ%</th><th>Calls A→B</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></details>"
+        f'<details class="all-ops"><summary>All {len(d.ops)} ops</summary>'
+        + _spec_table("diff-table", "diff-table sortable", "Op", DIFF_OP_COLUMNS, op_rows)
+        + "</details>"
     )
     if d.regions:
-        rrows = "".join(
-            f'<tr class="{r.presence}"><td>{_e(r.path)}</td><td>{r.occurrences.a}→{r.occurrences.b}</td>'
-            f"<td>{format_us(r.wall_time_us.a)} → {format_us(r.wall_time_us.b)}</td><td>{_pct(r.wall_time_us.pct, r.presence)}</td>"
-            f"<td>{format_us(r.device_time_us.a)} → {format_us(r.device_time_us.b)}</td><td>{_pct(r.device_time_us.pct, r.presence)}</td></tr>"
-            for r in d.regions
-        )
+        region_rows = [(f"<td>{_e(r.path)}</td>", r) for r in d.regions]
         out.append(
-            '<h3>Regions</h3><table id="diff-region-table" class="diff-region-table"><thead><tr><th>Region</th><th>Runs A→B</th>'
-            f"<th>Wall</th><th>Wall Δ%</th><th>Device</th><th>Device Δ%</th></tr></thead><tbody>{rrows}</tbody></table>"
+            "<h3>Regions</h3>" + _spec_table("diff-region-table", "diff-region-table", "Region", DIFF_REGION_COLUMNS, region_rows)
         )
     out.append(_explanation(d, a, b))
     return "".join(out)
+
+
+def _spec_table(table_id: str, cls: str, first: str, columns: Any, rows: list[tuple[str, Any]]) -> str:
+    """A table from the one column spec the terminal and --json read too (analysis/diff.py)."""
+    head = "".join(f'<th data-key="{c.key}">{_e(c.header)}</th>' for c in columns)
+    body = []
+    for first_cell, row in rows:
+        cells = []
+        for c in columns:
+            v = c.value(row)
+            tone = f' class="{c.tone(row)}"' if c.tone and c.tone(row) else ""
+            cells.append(f'<td data-v="{v if v is not None else 1e300}"{tone}>{_e(c.text(row))}</td>')
+        body.append(f'<tr class="{row.presence}">{first_cell}{"".join(cells)}</tr>')
+    return (
+        f'<table id="{table_id}" class="{cls}"><thead><tr><th>{_e(first)}</th>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:

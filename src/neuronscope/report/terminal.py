@@ -272,25 +272,38 @@ def regions_renderable(summary: Summary, console: Console, *, top: int | None = 
 
 
 def _pct_text(d: Delta, presence: str = "both") -> Text:
-    if presence == "only_b":
-        return Text("new", style="red")
-    if presence == "only_a":
-        return Text("gone", style="green")
-    p = d.pct
-    if p is None:
-        return Text("new", style="red")
-    style = "red" if p > 1.0 else ("green" if p < -1.0 else "")
-    return Text(f"{p:+.1f}%", style=style)
+    from ..analysis.diff import _tone, pct_text
+
+    return Text(pct_text(d.pct, presence), style=_STYLE[_tone(d, presence)])
+
+
+_STYLE = {"worse": "red", "better": "green", "": ""}
 
 
 def _signed_us(us: float) -> str:
-    return ("+" if us > 0 else "-" if us < 0 else "±") + format_us(abs(us))
+    from ..analysis.diff import signed_us
+
+    return signed_us(us)
+
+
+def _spec_cols(columns: Any, rows: list[Any], arrow: str) -> list[_Col]:
+    """The table's columns from the one spec the HTML report and --json read too."""
+    return [
+        _Col(
+            c.header.replace("→", arrow),
+            c.priority,
+            [Text(c.text(r).replace("→", arrow), style=_STYLE[c.tone(r)] if c.tone else "") for r in rows],
+        )
+        for c in columns
+    ]
 
 
 def diff_renderable(
     diff: SummaryDiff, console: Console, *, top: int | None = 20, by_region: bool = False, labels: tuple[str, str] = ("A", "B")
 ) -> RenderableType:
     """Totals, then the ops whose self device time changed most (either way)."""
+    from ..analysis.diff import DIFF_OP_COLUMNS
+
     a_label, b_label = labels
     head = Text()
     head.append("self device time ", style="bold")
@@ -302,15 +315,8 @@ def diff_renderable(
         head.append(f"\nwarning: comparing a {diff.device_a} profile with a {diff.device_b} profile", style="yellow")
 
     shown = list(diff.ops if top is None else diff.ops[:top])
-    sd = [o.self_device_time_us for o in shown]
     arrow = "→" if _unicode_ok(console) else "->"
-    cols = [
-        _Col("A", 3, [format_us(d.a) if o.presence != "only_b" else "-" for o, d in zip(shown, sd)]),
-        _Col("B", 2, [format_us(d.b) if o.presence != "only_a" else "-" for o, d in zip(shown, sd)]),
-        _Col("Delta", 1, [_signed_us(d.delta) for d in sd]),
-        _Col("Delta %", 1, [_pct_text(d, o.presence) for o, d in zip(shown, sd)]),
-        _Col(f"Calls A{arrow}B", 4, [f"{o.calls.a}{arrow}{o.calls.b}" for o in shown]),
-    ]
+    cols = _spec_cols(DIFF_OP_COLUMNS, shown, arrow)
     parts: list[RenderableType] = [head, Text(), _build_table(console, "Op", [diff.label(o.name) for o in shown], cols)]
     hidden = len(diff.ops) - len(shown)
     if hidden > 0:
@@ -321,16 +327,12 @@ def diff_renderable(
 
 
 def _region_diff(diff: SummaryDiff, console: Console, arrow: str) -> RenderableType:
+    from ..analysis.diff import DIFF_REGION_COLUMNS
+
     if not diff.regions:
         return Text("no regions in either profile", style="dim")
-    rs = diff.regions
-    cols = [
-        _Col(f"Runs A{arrow}B", 3, [f"{r.occurrences.a}{arrow}{r.occurrences.b}" for r in rs]),
-        _Col("Wall %", 2, [_pct_text(r.wall_time_us, r.presence) for r in rs]),
-        _Col("Device A", 4, [format_us(r.device_time_us.a) for r in rs]),
-        _Col("Device B", 4, [format_us(r.device_time_us.b) for r in rs]),
-        _Col("Device %", 1, [_pct_text(r.device_time_us, r.presence) for r in rs]),
-    ]
+    rs = list(diff.regions)
+    cols = _spec_cols(DIFF_REGION_COLUMNS, rs, arrow)
     return Group(Text("Regions", style="bold"), _build_table(console, "Region", [r.path for r in rs], cols))
 
 
