@@ -83,40 +83,69 @@ def diagnose_trace(
     Explorer metrics); ``serial``: the capture whose markers delimit the window."""
     import numpy as np
 
-    from ..intervals import busy_bins
     from .communication import measure as measure_communication
     from .rules import Context, run_rules
     from .steps import find_steps
-    from .timeline import CLASSES, build_timeline, gap_details, graph_launches
+    from .timeline import CLASSES, build_timeline
 
     facts = dict(facts or {})
     if serial is None:
         serial = facts.get("_serial")
     tl = build_timeline(trace, serial=serial, threshold_us=gap_threshold_us, facts=facts)
     window_ns = tl.window_ns
-    busy_ns = tl.busy_ns
-    idle_ns = max(window_ns - busy_ns, 0)
-    busy_pct = 100.0 * busy_ns / window_ns if window_ns else 0.0
+    busy_pct = 100.0 * tl.busy_ns / window_ns if window_ns else 0.0
     glen = tl.gap_ns()
     idle_by = np.bincount(tl.gap_cls, weights=glen, minlength=len(CLASSES)) if glen.size else np.zeros(len(CLASSES))
     idle_by_class = {c: float(idle_by[i]) / 1e3 for i, c in enumerate(CLASSES)}
-
-    # gaps at or above the threshold
-    big = np.flatnonzero(glen >= tl.threshold_ns)
-    big_cls = tl.gap_cls[big]
-    us_by = np.bincount(big_cls, weights=glen[big], minlength=len(CLASSES)) if big.size else np.zeros(len(CLASSES))
-    n_by = np.bincount(big_cls, minlength=len(CLASSES)) if big.size else np.zeros(len(CLASSES), dtype=np.int64)
+    big = np.flatnonzero(glen >= tl.threshold_ns)  # the gaps at or above the threshold
 
     # steps
     found = find_steps(trace, tl.lo, tl.hi, tl.main_thread)
-    steps = None
-    step_starts = np.empty(0, dtype=np.int64)
-    if found is not None:
-        source, name, s_start, s_end = found
-        steps = _steps(tl, source, name, s_start, s_end)
-        step_starts = s_start
-    n_steps = steps.count if steps is not None else 0
+    steps = _steps(tl, *found) if found is not None else None
+    gaps = _gaps(tl, big, glen, gap_threshold_us, found[2] if found is not None else np.empty(0, dtype=np.int64))
 
+    # the verdict: none over an empty window ("device-bound" over nothing is a guess)
+    recorded = window_ns > 0 and _has_work(trace, tl.lo, tl.hi)
+    comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if recorded else (None, None, None)
+    bound_by = _verdict(busy_pct, idle_by_class) if recorded else "none"
+    if comm is not None and _communication_bound(comm, tl, xs, xe):
+        bound_by = "communication"
+
+    # the advice
+    ctx = Context(
+        trace=trace, timeline=tl, summary=summary, steps=steps.count if steps is not None else 0, facts=facts, communication=comm
+    )
+    _notes(ctx, trace, tl, recorded)
+    findings = _cause_first(run_rules(ctx), bound_by) if recorded else []
+    return Diagnosis(
+        device=trace.device,
+        timeline=tl.mode,
+        window_start_ns=tl.lo,
+        window_end_ns=tl.hi,
+        device_busy_us=tl.busy_ns / 1e3,
+        device_idle_us=max(window_ns - tl.busy_ns, 0) / 1e3,
+        device_busy_pct=busy_pct,
+        idle_us_by_class=idle_by_class,
+        gaps=gaps,
+        steps=steps,
+        bound_by=bound_by,
+        evidence=_evidence(trace, tl, busy_pct, idle_by_class, gap_threshold_us),
+        findings=tuple(findings),
+        notes=tuple(ctx.notes),
+        timeline_data=_timeline_data(tl, big, glen),
+        communication=comm,
+    )
+
+
+def _gaps(tl: Any, big: Any, glen: Any, threshold_us: float, step_starts: Any) -> Gaps:
+    """The gaps at or above the threshold: counts and time per class, the longest in detail."""
+    import numpy as np
+
+    from .timeline import CLASSES, gap_details
+
+    big_cls = tl.gap_cls[big]
+    us_by = np.bincount(big_cls, weights=glen[big], minlength=len(CLASSES)) if big.size else np.zeros(len(CLASSES))
+    n_by = np.bincount(big_cls, minlength=len(CLASSES)) if big.size else np.zeros(len(CLASSES), dtype=np.int64)
     top: list[Gap] = []
     for k in big[np.argsort(-glen[big], kind="stable")][:TOP_GAPS].tolist():
         host, source, before, after = gap_details(tl, k)
@@ -135,27 +164,28 @@ def diagnose_trace(
                 wait=wait,
             )
         )
-    gaps = Gaps(
-        threshold_us=gap_threshold_us,
+    return Gaps(
+        threshold_us=threshold_us,
         count=int(big.size),
         total_us=float(glen[big].sum()) / 1e3,
         us_by_class={c: float(us_by[i]) / 1e3 for i, c in enumerate(CLASSES)},
         count_by_class={c: int(n_by[i]) for i, c in enumerate(CLASSES)},
         top=tuple(top),
     )
-    # no verdict over an empty window: "device-bound" (or "launch-bound") over nothing is a guess
-    recorded = window_ns > 0 and _has_work(trace, tl.lo, tl.hi)
-    comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if recorded else (None, None, None)
-    bound_by = _verdict(busy_pct, idle_by_class) if recorded else "none"
-    if comm is not None and _communication_bound(comm, tl, xs, xe):
-        bound_by = "communication"
+
+
+def _evidence(trace: Any, tl: Any, busy_pct: float, idle_by_class: dict[str, float], threshold_us: float) -> dict[str, Any]:
+    import numpy as np
+
+    from .timeline import graph_launches
+
     idle_total = sum(idle_by_class.values())
     evidence: dict[str, Any] = {
         "device_busy_pct": round(busy_pct, 2),
         "device_bound_at_pct": DEVICE_BOUND_PCT,
         "idle_share_pct": {c: round(100 * v / idle_total, 2) if idle_total else 0.0 for c, v in idle_by_class.items()},
-        "window_us": round(window_ns / 1e3, 3),
-        "gap_threshold_us": gap_threshold_us,
+        "window_us": round(tl.window_ns / 1e3, 3),
+        "gap_threshold_us": threshold_us,
     }
     n_graphs, graph_latency = graph_launches(trace, tl.busy_s, tl.busy_e)
     if n_graphs:
@@ -164,9 +194,12 @@ def diagnose_trace(
         evidence["graph_launch_latency_us"] = (
             {"p50": round(float(np.percentile(lat, 50)), 3), "max": round(float(lat.max()), 3)} if lat.size else None
         )
+    return evidence
 
-    ctx = Context(trace=trace, timeline=tl, summary=summary, steps=n_steps, facts=facts, communication=comm)
-    if window_ns <= 0:
+
+def _notes(ctx: Any, trace: Any, tl: Any, recorded: bool) -> None:
+    """What the reader should know about how the diagnosis was made."""
+    if tl.window_ns <= 0:
         ctx.note(
             f"nothing was recorded: {len(trace)} events, none of them ops or device work in a window — the profiler "
             "may have stopped before the work ran, its activities may have left the device out, or the file may be "
@@ -174,7 +207,7 @@ def diagnose_trace(
         )
     elif not recorded:
         ctx.note(
-            f"nothing was recorded: no op and no device work ran in the {window_ns / 1e6:.3f} ms profiled — the code "
+            f"nothing was recorded: no op and no device work ran in the {tl.window_ns / 1e6:.3f} ms profiled — the code "
             "under the profiler ran no torch ops (it failed before them, or returned a generator that was iterated "
             "outside the profile), or the profiler's activities left them out"
         )
@@ -182,36 +215,23 @@ def diagnose_trace(
         ctx.note("no accelerator: 'device' is the CPU ops of the main thread, idle is the time between them")
     if not (trace.kind == 6).any():  # EventKind.PYTHON
         ctx.note("no source locations: profile with with_stack=True to get file:line for gaps and findings")
-    findings = _cause_first(run_rules(ctx), bound_by) if recorded else []
 
-    # what the HTML timeline draws
+
+def _timeline_data(tl: Any, big: Any, glen: Any) -> Timeline:
+    """What the HTML timeline draws: busy fraction per bin, the longest gaps."""
+    import numpy as np
+
+    from ..intervals import busy_bins
+    from .timeline import CLASSES
+
     span = max(tl.hi - tl.lo, 1)
-    bins = busy_bins(tl.busy_s, tl.busy_e, tl.lo, span, TIMELINE_BINS) if window_ns else np.zeros(0)
-    drawn = big[np.argsort(-glen[big], kind="stable")][:TIMELINE_GAPS]
-    drawn = np.sort(drawn)
-    timeline_data = Timeline(
+    bins = busy_bins(tl.busy_s, tl.busy_e, tl.lo, span, TIMELINE_BINS) if tl.window_ns else np.zeros(0)
+    drawn = np.sort(big[np.argsort(-glen[big], kind="stable")][:TIMELINE_GAPS])
+    return Timeline(
         start_ns=tl.lo,
         end_ns=tl.hi,
         busy_bins=tuple(float(b) for b in bins),
         gaps=tuple((int(tl.gap_s[k]), int(glen[k]), CLASSES[int(tl.gap_cls[k])]) for k in drawn.tolist()),
-    )
-    return Diagnosis(
-        device=trace.device,
-        timeline=tl.mode,
-        window_start_ns=tl.lo,
-        window_end_ns=tl.hi,
-        device_busy_us=busy_ns / 1e3,
-        device_idle_us=idle_ns / 1e3,
-        device_busy_pct=busy_pct,
-        idle_us_by_class=idle_by_class,
-        gaps=gaps,
-        steps=steps,
-        bound_by=bound_by,
-        evidence=evidence,
-        findings=tuple(findings),
-        notes=tuple(ctx.notes),
-        timeline_data=timeline_data,
-        communication=comm,
     )
 
 
