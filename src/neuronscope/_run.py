@@ -40,6 +40,7 @@ class RunStatus:
     SKIPPED = "skipped"  #: ran unprofiled (sampled out, under backpressure, or no profiler could run)
     JOINED = "joined"  #: nested inside a scheduled or foreign profile: recorded as a region of that one
     FAILED = "failed"  #: neuronscope failed to process it (logged); the user's call was unaffected
+    INCOMPLETE = "incomplete"  #: read back from a run directory its process never finished (killed mid-write)
 
 
 class Run:

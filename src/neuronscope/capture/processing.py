@@ -325,6 +325,9 @@ def _export(result: RunResult, segments: list[Any], options: ProcessOptions) -> 
 
     manifest = dict(result.manifest)
     warnings = list(result.warnings)
+    if result.path is not None:
+        # readable at every instant: what the run is while its files land (write-then-rename each)
+        write_json(result.path / "manifest.json", {**manifest, "status": "processing"})
     for sink in active_sinks():
         added: Mapping[str, Any] | None
         try:

@@ -432,7 +432,7 @@ class _Capture:
         self.run.start_ns = time.time_ns()
         if backend.needs_run_dir_at_start:
             # The device writes its raw files during the profile: the directory must exist now.
-            self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns, self.rank_info)
+            self._run_dir = _make_run_dir(spec, self.name, self.run.start_ns, self.rank_info, status="recording")
             if self._run_dir is not None:
                 self._raw_dir = self._run_dir / backend.name
                 self._raw_dir.mkdir(mode=0o700, exist_ok=True)
@@ -667,8 +667,11 @@ def _discard_dir(path: Path) -> None:
 _warned_dirs: set[str] = set()
 
 
-def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int, rank: "_ranks.RankInfo | None" = None) -> Path | None:
-    """Create the run directory; on failure warn once per output dir and carry on in memory."""
+def _make_run_dir(
+    spec: ProfileNeuron, name: str, start_ns: int, rank: "_ranks.RankInfo | None" = None, status: str = "processing"
+) -> Path | None:
+    """Create the run directory (its manifest saying ``status``); on failure warn once per
+    output dir and carry on in memory."""
     from ..sinks.rundir import create_run_dir
 
     settings = _config.current()
@@ -677,7 +680,7 @@ def _make_run_dir(spec: ProfileNeuron, name: str, start_ns: int, rank: "_ranks.R
         output_dir = output_dir / rank.job_dir / f"rank{rank.rank}"
     max_runs, max_bytes = settings.retention()  # a malformed NEURONSCOPE_MAX_*: warned once, default used
     try:
-        return create_run_dir(output_dir, name, start_ns, max_runs=max_runs, max_bytes=max_bytes)
+        return create_run_dir(output_dir, name, start_ns, max_runs=max_runs, max_bytes=max_bytes, status=status)
     except OSError as exc:
         key = str(output_dir)
         if key not in _warned_dirs:

@@ -204,7 +204,7 @@ def _run_neuron_inspect(target: str, as_module: bool, args: list[str], name: str
 
     start_ns = time.time_ns()
     try:
-        run_dir = create_run_dir(_config.current().resolved_output_dir(output_dir), name, start_ns)
+        run_dir = create_run_dir(_config.current().resolved_output_dir(output_dir), name, start_ns, status="recording")
     except OSError as exc:
         raise Failure(f"--output-dir: cannot create a run directory ({exc.strerror or exc})") from exc
     raw = run_dir / "neuron"

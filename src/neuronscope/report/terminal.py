@@ -179,6 +179,11 @@ def header_renderable(source: Source) -> Text:
         text.append(f", wall {format_us((int(m['end_ns']) - int(m['start_ns'])) / 1e3)}")
     if source.path is not None:
         text.append(f"\n{source.path}", style="dim")
+    if m.get("status") in ("recording", "processing"):
+        text.append(
+            f"\nincomplete run: its process stopped while {m['status']} (killed, out of memory); what it wrote is shown",
+            style="yellow",
+        )
     return text
 
 

@@ -58,10 +58,23 @@ _retention_lock = threading.Lock()
 _in_progress: set[Path] = set()
 
 
+#: a run directory's manifest says how far it got; a reader that finds one of the first two
+#: from a process that is gone treats the run as incomplete (``RunStatus.INCOMPLETE``)
+IN_FLIGHT_STATUSES = ("recording", "processing")
+
+
 def create_run_dir(
-    output_dir: Path, name: str, start_ns: int | None = None, *, max_runs: int | None = None, max_bytes: int | None = None
+    output_dir: Path,
+    name: str,
+    start_ns: int | None = None,
+    *,
+    max_runs: int | None = None,
+    max_bytes: int | None = None,
+    status: str = "processing",
 ) -> Path:
-    """Create the run directory (and the output dir) user-only, applying retention first.
+    """Create the run directory (and the output dir) user-only, applying retention first, with
+    a manifest saying ``status`` ("recording": the device writes into it during the profile;
+    "processing": its files are being written) — so the directory is readable at every instant.
 
     Raises OSError when unwritable. The new directory counts as in progress (never pruned)
     until :func:`mark_complete`.
@@ -75,6 +88,7 @@ def create_run_dir(
             prune(output_dir, max_runs=max_runs - 1, max_bytes=None)
         path.mkdir(mode=0o700)
         _in_progress.add(path)
+    write_json(path / "manifest.json", base_manifest(name=name, status=status, start_ns=start_ns))
     return path
 
 
@@ -139,7 +153,7 @@ def write_trace(
     never read into memory. ``saved``: Kineto's JSON already written (by the memory stage);
     it is gzipped from there and left in place.
     """
-    raw = path.with_name("trace.json")
+    raw = path.with_name(".trace.json.partial")  # Kineto's JSON, gzipped next, then removed
     if saved is not None and os.path.isfile(saved):
         return _gzip_trace(Path(saved), path, extra_metadata, remove=False)
     try:
@@ -158,7 +172,8 @@ def write_trace(
 
 def _gzip_trace(raw: Path, path: Path, extra_metadata: dict[str, Any] | None, *, remove: bool) -> Path:
     target = path.with_name("trace.json.gz")
-    with open(raw, "rb") as src, gzip.open(_private_open_binary(target), "wb", compresslevel=1) as dst:
+    partial = path.with_name(".trace.json.partial.gz")  # renamed into place once whole
+    with open(raw, "rb") as src, gzip.open(_private_open_binary(partial), "wb", compresslevel=1) as dst:
         first = src.read(1 << 16)
         brace = first.find(b"{")
         if extra_metadata and brace >= 0:
@@ -167,6 +182,7 @@ def _gzip_trace(raw: Path, path: Path, extra_metadata: dict[str, Any] | None, *,
             first = first[: brace + 1] + extra.encode() + first[brace + 1 :]
         dst.write(first)
         shutil.copyfileobj(src, dst, 1 << 20)
+    os.replace(partial, target)
     if remove:
         raw.unlink()
     return target
@@ -176,7 +192,10 @@ def write_trace_model(trace: Any, path: Path, extra_metadata: dict[str, Any] | N
     """Save a trace model (a capture merged from several segments) as ``trace.json.gz``."""
     from ..trace.chrome_writer import trace_to_chrome
 
-    return trace_to_chrome(trace, path.with_name("trace.json.gz"), extra_metadata, opener=_private_open_binary)
+    target = path.with_name("trace.json.gz")
+    partial = trace_to_chrome(trace, path.with_name(".trace.json.partial.gz"), extra_metadata, opener=_private_open_binary)
+    os.replace(partial, target)  # readers see the whole file or none
+    return target
 
 
 def _already_saved_trace(run_dir: Path) -> Path | None:
@@ -245,6 +264,14 @@ def load_run(path: str | os.PathLike[str]) -> Any:
         raise TraceLoadError(f"{manifest_file}: not a neuronscope manifest (no schema_version)")
     device = str(manifest.get("device", "cpu"))
     warnings = list(manifest.get("warnings", []))
+    status = str(manifest.get("status", RunStatus.COMPLETE))
+    if status in IN_FLIGHT_STATUSES:
+        # written by a process that stopped (or has not finished yet): what is here is what it wrote
+        warnings.append(
+            f"incomplete run: its manifest says {status!r} — the process stopped (killed, out of memory) before the run "
+            "was written; what is here is what it wrote"
+        )
+        status = RunStatus.INCOMPLETE
     trigger, annotation = _load_trigger(manifest, warnings)
     summary = diagnosis = memory = trace = None
     summary_file = p / "summary.json"
@@ -278,7 +305,7 @@ def load_run(path: str | os.PathLike[str]) -> Any:
     result = RunResult(
         name=str(manifest.get("name", p.name)),
         device=device,
-        status=str(manifest.get("status", RunStatus.COMPLETE)),
+        status=status,
         start_ns=int(manifest.get("start_ns", 0)),
         end_ns=int(manifest.get("end_ns", 0)),
         error=manifest.get("error"),
