@@ -37,6 +37,8 @@ from .. import _ranks
 from . import arming as _arming
 from . import control as _control
 from . import session, usdt
+from . import signals as _signals
+from .signals import Terminated
 from . import wiring as _wiring  # noqa: F401 - the OpenTelemetry sink and the flush at exit, once
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronOptions
@@ -422,6 +424,7 @@ class _Capture:
         return self.run
 
     def _start(self) -> Run:
+        _signals.install()  # SIGTERM ends this profile cleanly (once, from the main thread)
         t_begin, c_begin = time.perf_counter_ns(), time.thread_time_ns()
         spec = self.spec
         backend = select_backend(spec.device, neuron=spec.neuron)
@@ -516,7 +519,10 @@ class _Capture:
         run = self.run
         t_end, c_end = time.perf_counter_ns(), time.thread_time_ns()
         run.end_ns = time.time_ns()
-        if exc is not None:
+        if isinstance(exc, Terminated):
+            # the process was asked to stop: the profile covers until then, the code did not fail
+            run.warn("stopped by SIGTERM: the profile covers the time until the process was asked to stop")
+        elif exc is not None:
             run.error = type(exc).__name__
             run.error_message = str(exc)[:1024]
         session.mark_capture(self, end=True)

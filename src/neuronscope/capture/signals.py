@@ -1,0 +1,71 @@
+"""SIGTERM ends a profile cleanly: the profile in flight is stopped and written before the
+process exits.
+
+Python's default for SIGTERM kills the process at once: no ``finally``, no ``atexit``, so the
+profile in flight and everything still queued for writing are lost — a Kubernetes pod being
+rescheduled, ``timeout``, a job scheduler. While the program leaves SIGTERM at its default,
+neuronscope turns it into :class:`Terminated` (a ``SystemExit`` with code 143, what a shell
+reports for SIGTERM) raised in the main thread: ``with`` blocks and decorated calls end their
+captures, and the exit handler writes them within ``NEURONSCOPE_EXIT_FLUSH_TIMEOUT`` seconds
+(10 by default) before the process exits. A handler the program installed itself is left
+alone (installed before neuronscope's: called after the profile is stopped; installed after:
+it replaces neuronscope's). SIGINT needs nothing: Python raises ``KeyboardInterrupt``, which
+unwinds the same way.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+__all__ = ["Terminated", "install"]
+
+_installed = False
+_previous: Any = None
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM (exit code 143): the program unwinds, profiles end."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def install() -> None:
+    """Install the SIGTERM handler once, from the main thread (elsewhere it cannot be)."""
+    global _installed, _previous
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    _installed = True
+    try:
+        current = signal.getsignal(signal.SIGTERM)
+        if current is signal.SIG_IGN or current is None:
+            return  # the program ignores SIGTERM (or set it from C): not ours to change
+        _previous = current
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):  # no signals here (embedded interpreter, Windows)
+        return
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    previous = _previous
+    if callable(previous):
+        _stop_open_profiles()
+        previous(signum, frame)  # the program's own handler decides what happens next
+        return
+    raise Terminated()  # the default: unwind, so open profiles end and are written at exit
+
+
+def _stop_open_profiles() -> None:
+    """End the captures still open and write them (before the program's own handler runs, which
+    may exit without unwinding), within ``NEURONSCOPE_EXIT_FLUSH_TIMEOUT``."""
+    from .. import _env, _stats
+    from . import session, wiring
+
+    try:
+        for capture in reversed(session.open_captures()):
+            capture.end(Terminated())
+        wiring.flush(_env.EXIT_FLUSH_TIMEOUT.get(lenient=True))
+    except Exception as exc:  # noqa: BLE001 - best effort; the program's handler still runs
+        _stats.contain("writing the profiles in flight on SIGTERM", exc, exc_info=False)
