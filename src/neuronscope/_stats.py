@@ -8,18 +8,23 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
-__all__ = ["contain", "record", "reset", "stats"]
+__all__ = ["OUTCOMES", "contain", "record", "reset", "stats"]
 
 log = logging.getLogger("neuronscope")
 
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
+#: every call ends in exactly one of these (a call profiled in several windows of a schedule
+#: counts once per window): calls == sum(stats()[k] for k in OUTCOMES)
+OUTCOMES = ("profiled", "unsampled", "skipped", "skipped_backpressure", "joined", "failed")
 _KEYS = (
+    "calls",
     "profiled",
     "skipped",
     "skipped_backpressure",
     "backpressure_waits",
     "errors",
+    "failed",
     "unsampled",
     "joined",
     "telemetry_dropped",
@@ -64,6 +69,10 @@ def stats() -> dict[str, int]:
     ``unsampled`` calls the sampler passed over (a decided sample is always processed: every
     sampled call ends up in ``profiled``, ``skipped``, ``skipped_backpressure`` or ``joined``);
     ``errors`` failures inside neuronscope (logged, never raised into user code);
+    ``failed`` profiles that could not be started or processed (the call itself ran normally);
+    ``calls`` every call of a profiled function or ``with`` block. The outcomes partition the
+    calls exactly: ``calls == profiled + unsampled + skipped + skipped_backpressure + joined +
+    failed`` (``OUTCOMES``; a schedule counts one ``profiled`` per window);
     ``telemetry_dropped`` spans/metrics the exporter could not deliver;
     ``armed`` calls profiled because of ``ns.arm()`` / ``neuronscope arm`` (``arm_expired``:
     arm requests dropped unfilled); ``triggered`` calls profiled because a

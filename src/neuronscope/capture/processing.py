@@ -370,6 +370,7 @@ def _retention_bytes() -> int | None:
 
 def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> None:
     _stats.contain("processing the profile", exc, name=run.name)
+    _stats.record("failed")
     run.warn(f"processing failed: {exc!r}")
     if isinstance(run_dir, Path):
         mark_complete(run_dir)

@@ -384,6 +384,7 @@ class _Capture:
         except Exception as exc:  # noqa: BLE001 - profiling must never break the user's call
             session.abandon(self)
             _stats.contain("starting the profiler (running unprofiled)", exc, name=self.name, exc_info=False)
+            _stats.record("failed")
             if self._run_dir is not None:
                 _discard_dir(self._run_dir)
             self._open = False
@@ -549,6 +550,7 @@ class _Capture:
                 run._finish(RunStatus.COMPLETE if run.windows else RunStatus.SKIPPED)
             return
         if not segments:
+            _stats.record("failed")
             run._finish(RunStatus.FAILED)
             return
         set_last_run(run)

@@ -41,7 +41,7 @@ def _count_value(counter: "itertools.count[int]") -> int:
     return int(repr(counter)[6:-1])
 
 
-_retired = {"unsampled": 0, "warmup": 0}  # counts of policies already garbage-collected
+_retired = {"calls": 0, "unsampled": 0, "warmup": 0}  # counts of policies already garbage-collected
 _retired_lock = threading.Lock()
 
 
@@ -53,18 +53,20 @@ def _tally(calls: "itertools.count[int]", sampled: list[int], warmup: int) -> tu
 def _retire(calls: "itertools.count[int]", sampled: list[int], warmup: int) -> None:
     unsampled, warm = _tally(calls, sampled, warmup)
     with _retired_lock:
+        _retired["calls"] += _count_value(calls)
         _retired["unsampled"] += unsampled
         _retired["warmup"] += warm
 
 
 def _unsampled_counts() -> dict[str, int]:
     with _retired_lock:
-        unsampled, warmup = _retired["unsampled"], _retired["warmup"]
+        calls, unsampled, warmup = _retired["calls"], _retired["unsampled"], _retired["warmup"]
     for policy in list(_policies):
         u, w = _tally(policy._calls, policy._sampled, policy.warmup)
+        calls += _count_value(policy._calls)
         unsampled += u
         warmup += w
-    return {"unsampled": unsampled, "warmup": warmup}
+    return {"calls": calls, "unsampled": unsampled, "warmup": warmup}
 
 
 _stats.register_source(_unsampled_counts)

@@ -373,6 +373,7 @@ class _TimedCalls:
         self.trig: SlowCalls = spec.trigger
         self.state = _TriggerState(self.trig, policy._calls)
         self.start, self.new_capture, self.chosen = start, new_capture, spec.ranks
+        self.sampled = policy._yes  # a call the trigger chose is a sampled call: stats() partitions calls
         mask = _REFRESH_MASK
         while mask > 7 and mask + 1 > self.trig.min_calls // 2:
             mask >>= 1
@@ -395,6 +396,7 @@ class _TimedCalls:
         if claim is None:
             return capture, None, (self.start(capture) if stash is None else self.start(capture, stash))
         kind, pending = claim
+        self.sampled()
         state = self.state
         if kind == "slow":
             capture.trigger = pending.trigger

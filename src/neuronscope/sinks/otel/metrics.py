@@ -198,7 +198,16 @@ def forget_provider(meter_provider: Any) -> None:
 #: counts in ns.stats() that are not what happened to a call (a profiled call that waited for the
 #: backlog is counted as profiled already)
 _NOT_OUTCOMES = frozenset(
-    {"backpressure_waits", "armed", "triggered", "trigger_baselines", "arm_expired", "triggers_fired", "triggers_suppressed"}
+    {
+        "calls",
+        "backpressure_waits",
+        "armed",
+        "triggered",
+        "trigger_baselines",
+        "arm_expired",
+        "triggers_fired",
+        "triggers_suppressed",
+    }
 )
 _TRIGGER_KINDS = (("arm", "armed"), ("slow", "triggered"), ("baseline", "trigger_baselines"))
 
