@@ -233,8 +233,8 @@ def write_out(
             path=where,
             annotation=annotation,
             warnings=tuple(warnings),
-            manifest=_manifest(run, analysis, annotation, segments, options, status, warnings),
         )
+        result = replace(result, manifest=_manifest(result, segments, options))
         result = _export(result, segments, options)
         _stats.record("profiled")
         if result.path is not None:
@@ -281,34 +281,24 @@ def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings:
         return Annotation()
 
 
-def _manifest(
-    run: Run,
-    analysis: Analysis,
-    annotation: Annotation,
-    segments: list[Any],
-    options: ProcessOptions,
-    status: str,
-    warnings: list[str],
-) -> dict[str, Any]:
-    trigger: dict[str, Any] = {"trigger": run.capture.trigger.to_dict()} if run.capture.trigger is not None else {}
+def _manifest(result: RunResult, segments: list[Any], options: ProcessOptions) -> dict[str, Any]:
+    """manifest.json's fields for ``result``."""
+    analysis = result.analysis
+    assert analysis is not None  # the output stage always has one
+    trigger: dict[str, Any] = {"trigger": result.trigger.to_dict()} if result.trigger is not None else {}
+    fields = {k: getattr(result, k) for k in ("name", "device", "status", "start_ns", "end_ns", "error", "error_message")}
     manifest = base_manifest(
-        name=run.name,
-        device=run.device,
-        status=status,
-        start_ns=run.start_ns,
-        end_ns=run.end_ns,
-        error=run.error,
-        error_message=run.error_message,
+        **fields,
         window=options.window,
         events=len(analysis.trace) if analysis.trace is not None else 0,
         segments=len(segments),
         backend=options.backend_info,
         sampling=options.sampling,
-        warnings=warnings,
+        warnings=list(result.warnings),
         **options.extra_manifest,
         **analysis.device.manifest,
         **trigger,
-        **annotation.manifest,
+        **result.annotation.manifest,
     )
     if analysis.diagnosis is not None:
         manifest["bound_by"] = analysis.diagnosis.bound_by

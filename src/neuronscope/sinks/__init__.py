@@ -10,9 +10,9 @@ The sinks, in the order they run (chosen by configuration, :func:`active_sinks`)
 
 * :class:`~neuronscope.sinks.rundir.RunDirectorySink` — summary.json, rank.json and the
   trace in the run directory (always, when the directory could be made);
-* :class:`~neuronscope.sinks.otel.OtelSink` — spans and pushed metrics, when OpenTelemetry
+* :class:`~neuronscope.sinks.otel.export.OtelSink` — spans and pushed metrics, when OpenTelemetry
   providers are configured;
-* :class:`~neuronscope.sinks.otel.PrometheusSink` — the scrape endpoint's metrics, while
+* :class:`~neuronscope.sinks.otel.export.PrometheusSink` — the scrape endpoint's metrics, while
   one is serving.
 """
 
@@ -88,7 +88,7 @@ def remove_sink(sink: Sink) -> None:
 def active_sinks() -> list[Sink]:
     """The sinks a run goes to now, in order: the run directory, OpenTelemetry when configured,
     Prometheus while serving, then any added with :func:`add_sink`."""
-    from .otel import active_otel_sinks
+    from .otel.export import active_otel_sinks
     from .rundir import RUN_DIRECTORY
 
     with _lock:
@@ -97,7 +97,7 @@ def active_sinks() -> list[Sink]:
 
 
 def _all_sinks() -> list[Sink]:
-    from .otel import all_otel_sinks
+    from .otel.export import all_otel_sinks
     from .rundir import RUN_DIRECTORY
 
     with _lock:

@@ -12,17 +12,11 @@ from opentelemetry import context as otel_context
 
 from . import metrics as _metrics
 from .endpoint import prometheus_endpoint, set_prometheus, start_prometheus_from_environment, stop_prometheus
-from .export import OTEL_SINK, PROMETHEUS_SINK, OtelSink, PrometheusSink, active_otel_sinks, all_otel_sinks, emit_rank_run
+from .export import emit_rank_run
 from .prometheus import parse_port
 from .providers import OtelSettings
 
 __all__ = [
-    "OTEL_SINK",
-    "PROMETHEUS_SINK",
-    "OtelSink",
-    "PrometheusSink",
-    "active_otel_sinks",
-    "all_otel_sinks",
     "capture_parent_context",
     "configure_otel",
     "emit_rank_run",
