@@ -490,8 +490,8 @@ class _Capture:
                 "device exporter", exc, name=self.name, warnings=self.run.warn if self.run is not None else None, exc_info=False
             )
 
-    def stop_failed(self) -> None:
-        _stats.contain("stopping the profiler", sys.exc_info()[1] or RuntimeError("unknown"), name=self.name)
+    def stop_failed(self, exc: BaseException) -> None:
+        _stats.contain("stopping the profiler", exc, name=self.name)
 
     def resume_failed(self, exc: BaseException) -> None:
         # the run keeps what it recorded; its time after the nested profile is missing

@@ -52,8 +52,8 @@ class Client(Protocol):
     def on_segment(self, prof: Any, seg: "Segment") -> None:
         """The session stopped while this capture owned it: ``seg`` is what it recorded."""
 
-    def stop_failed(self) -> None:
-        """torch's stop raised; the session is gone."""
+    def stop_failed(self, exc: BaseException) -> None:
+        """torch's stop raised ``exc``; the session is gone."""
 
     def resume_failed(self, exc: BaseException) -> None:
         """Restarting the session for this capture (after an inner one) raised ``exc``."""
@@ -266,8 +266,8 @@ def _cut_segment() -> None:
         prof.stop()
         # None when a schedule had run its course (repeat=N): nothing recorded since its last window
         results = prof.profiler.kineto_results if prof.profiler is not None else None
-    except Exception:  # noqa: BLE001 - a broken stop loses this segment, not the program
-        owner.stop_failed()
+    except Exception as exc:  # noqa: BLE001 - a broken stop loses this segment, not the program
+        owner.stop_failed(exc)
         results = None
     if results is None:
         return

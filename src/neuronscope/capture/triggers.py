@@ -374,6 +374,9 @@ class _TimedCalls:
         self.state = _TriggerState(self.trig, policy._calls)
         self.start, self.new_capture, self.chosen = start, new_capture, spec.ranks
         self.sampled = policy._yes  # a call the trigger chose is a sampled call: stats() partitions calls
+        from .._worker import busy
+
+        self.busy = busy  # looked up once: observe() runs on every timed call
         mask = _REFRESH_MASK
         while mask > 7 and mask + 1 > self.trig.min_calls // 2:
             mask >>= 1
@@ -434,9 +437,7 @@ class _TimedCalls:
 
     def observe(self, dt: int, args: Any, kwargs: Any) -> None:
         """One unprofiled call's wall time into the histogram (and the slow-call check)."""
-        from .._worker import busy
-
-        if busy[0]:
+        if self.busy[0]:
             return  # our own background work ran meanwhile: not the service's latency
         if dt > self.state.threshold[0]:
             self.state.slow(dt, args, kwargs)
@@ -484,14 +485,13 @@ def _async_wrapper(calls: _TimedCalls, func: Any, decide: Callable[[], bool]) ->
 def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy: Any, decide: Callable[[], bool]) -> Any:
     import functools
 
-    from .._worker import busy
     from .arming import attend
     from .sampling import attention
 
     # A plain closure, not wrapt: a wrapt wrapper that always runs Python costs ~0.5 us a
     # call by itself, a closure ~0.08 us (bench/bench_trigger_overhead.py). The hot path
     # reads locals only; the histogram's refresh mask is the one attribute it reads.
-    state, enabled, profiled = calls.state, calls.enabled, calls.profiled
+    state, enabled, profiled, busy = calls.state, calls.enabled, calls.profiled, calls.busy
     counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
     trivial = policy.trivial
     next_call, yes = policy._calls.__next__, policy._yes

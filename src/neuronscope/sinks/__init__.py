@@ -89,20 +89,23 @@ def active_sinks() -> list[Sink]:
     """The sinks a run goes to now, in order: the run directory, OpenTelemetry when configured,
     Prometheus while serving, then any added with :func:`add_sink`."""
     from .otel.export import active_otel_sinks
-    from .rundir import RUN_DIRECTORY
 
-    with _lock:
-        extra = list(_extra)
-    return [RUN_DIRECTORY, *active_otel_sinks(), *extra]
+    return _with_run_directory_and_added(active_otel_sinks())
 
 
 def _all_sinks() -> list[Sink]:
+    """Every sink, serving or not: what flush and shutdown go through."""
     from .otel.export import all_otel_sinks
+
+    return _with_run_directory_and_added(all_otel_sinks())
+
+
+def _with_run_directory_and_added(otel: list[Any]) -> list[Sink]:
     from .rundir import RUN_DIRECTORY
 
     with _lock:
         extra = list(_extra)
-    return [RUN_DIRECTORY, *all_otel_sinks(), *extra]
+    return [RUN_DIRECTORY, *otel, *extra]
 
 
 def flush(timeout_s: float | None) -> bool:

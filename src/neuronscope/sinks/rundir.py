@@ -301,7 +301,9 @@ def load_run(path: str | os.PathLike[str]) -> Any:
 
         trace = load_trace(p, device=device)
         summary = summarize(trace)
-    rank = _read_json(p / "rank.json")
+    from ..analysis.ranks import RANK_FILE
+
+    rank = _read_json(p / RANK_FILE)  # a rank of a distributed job: what it handed neuronscope ranks
     result = RunResult(
         name=str(manifest.get("name", p.name)),
         device=device,
