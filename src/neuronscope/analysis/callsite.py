@@ -20,8 +20,8 @@ import linecache
 import re
 import sys
 
-#: a Python event of the tracer: ``file.py(12): func``
-_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
+#: a Python event of the tracer: ``file.py(12): func`` (diagnosis/categories.py reads it too)
+FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 #: a C call: ``<built-in method item of Tensor object at 0x…>``, ``<built-in function len>``
 _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<name>\w+)")
 #: what the user wrote for a method torch's tracer shows by its dunder name
@@ -63,7 +63,7 @@ _INDEXING = {"select", "slice", "index", "index_put_", "copy_", "_index_put_impl
 def frame_line(frame_name: str, callee_name: str, occurrence: int) -> int | None:
     """The line in ``frame_name``'s function (a tracer event name) of its ``occurrence``-th call
     to ``callee_name`` (a Python event's or an op's name), or None where it cannot be told."""
-    m = _FRAME.match(frame_name)
+    m = FRAME.match(frame_name)
     if m is None:
         return None
     lines = _calls(m.group("file"), int(m.group("line")), m.group("func"), _key(callee_name))
@@ -74,7 +74,7 @@ def frame_line(frame_name: str, callee_name: str, occurrence: int) -> int | None
 
 def with_line(frame_name: str, line: int) -> str:
     """``file.py:LINE (func)`` for a tracer event ``file.py(12): func``."""
-    m = _FRAME.match(frame_name)
+    m = FRAME.match(frame_name)
     if m is None:
         return frame_name
     return f"{m.group('file')}:{line} ({m.group('func')})"
@@ -85,7 +85,7 @@ def _key(callee: str) -> str:
     m = _BUILTIN.match(callee)
     if m:
         return m.group("name")
-    m = _FRAME.match(callee)
+    m = FRAME.match(callee)
     if m:
         func = m.group("func")
         if func in ("_call_impl", "_wrapped_call_impl", "__call__"):

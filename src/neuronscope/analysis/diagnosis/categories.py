@@ -7,6 +7,7 @@ import re
 import sys
 
 from ...trace.kinds import POINTWISE_OPS, REDUCTION_OPS
+from ..callsite import FRAME
 
 __all__ = [
     "ASYNC_COPY",
@@ -84,7 +85,6 @@ METADATA_OPS = frozenset(
 )
 
 _NOT_USER = {"torch", "neuronscope", "torch_neuronx", "torch_xla", "wrapt", "click", "typing_extensions", "_pytest", "pytest"}
-_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 
 
 def is_compile(name: str) -> bool:
@@ -101,7 +101,7 @@ def is_sync(name: str) -> bool:
 
 def user_frame(name: str) -> str | None:
     """``file.py:12 (func)`` for a python_function event of user code (not torch, not the stdlib)."""
-    m = _FRAME.match(name)
+    m = FRAME.match(name)
     if m is None:
         return None
     path = m.group("file")

@@ -24,14 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from ....trace.kinds import REDUCTION_OPS
+from ..categories import REDUCTIONS
 from ..timeline import elementwise_mask, source_of
 from . import Context, rule
 
 _MIN_ELEMENTWISE = 3  # HTA's min_pattern_len
 _RMSNORM = {"aten::pow", "aten::mean", "aten::rsqrt", "aten::mul"}
 _SOFTMAX = {"aten::exp", "aten::sum", "aten::div"}
-_REDUCTION_NAMES = REDUCTION_OPS
 
 
 @rule("elementwise_chain")
@@ -168,11 +167,11 @@ def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray
     if big == 0 or 3 * big <= cpu_last_level_cache_bytes():
         return dispatch, False
     names = [trace.names[int(trace.name_id[top[lo[0] + j]])] for j in range(width)]
-    reductions = sum(n in _REDUCTION_NAMES for n in names)
+    reductions = sum(n in REDUCTIONS for n in names)
     passes, touches = 0, np.zeros(width, dtype=bool)
     for j, operands in enumerate(sizes):
         full_in = sum(1 for b in operands or () if 2 * b >= big)
-        full_out = 1 if full_in and names[j] not in _REDUCTION_NAMES else 0
+        full_out = 1 if full_in and names[j] not in REDUCTIONS else 0
         passes += full_in + full_out
         touches[j] = full_in > 0
     # fused: read the input once per reduction it has to finish first, once more, write once
