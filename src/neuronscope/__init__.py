@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from ._run import Run, RunStatus
     from .analysis.diff import Explanation
     from .analysis.ranks import RankComparison
-    from .result import RunResult
+    from .result import Coverage, RunResult
+    from .capture.budget import Windows
     from ._stats import stats
     from .analysis.diagnosis import Diagnosis, Finding
     from .analysis.summary import OpStats, RegionStats, Summary, summarize
@@ -57,6 +58,7 @@ _LAZY = {
     "arm": ".capture.arming",
     "disarm": ".capture.arming",
     "ConfigurationError": ".errors",
+    "Coverage": ".result",
     "DeviceUnavailableError": ".errors",
     "Diagnosis": ".analysis.diagnosis",
     "Event": ".trace.model",
@@ -77,6 +79,7 @@ _LAZY = {
     "Summary": ".analysis.summary",
     "Trace": ".trace.model",
     "TraceLoadError": ".errors",
+    "Windows": ".capture.budget",
     "compare_ranks": ".api",
     "configure": ".api",
     "diagnose": ".api",

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .result import CaptureFacts
+from .result import CaptureFacts, Coverage
 
 if TYPE_CHECKING:
     from .analysis.diagnosis import Diagnosis
@@ -204,6 +204,14 @@ class Run:
             return self.windows[-1].diagnosis
         self._diagnosed.wait()
         return self._analysis.diagnosis if self._analysis is not None else None
+
+    @property
+    def coverage(self) -> Coverage | None:
+        """How much of the run was recorded and why recording stopped (waits for the analysis);
+        None when it recorded all of it (no limit reached, not in windows)."""
+        if not self._wait("_diagnosed"):
+            return None
+        return self._analysis.coverage if self._analysis is not None else None
 
     @property
     def memory(self) -> MemoryReport | None:

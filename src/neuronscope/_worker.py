@@ -162,6 +162,11 @@ class Backlog:
             return by_time  # no RSS reading (not Linux, or a scheduled capture's window)
         return min(by_time, rss_growth)
 
+    def learned_rate(self, name: str | None) -> float | None:
+        """Events per second the last capture of ``name`` recorded, once one was measured."""
+        last = self._last_by_name.get(name) if name is not None else None
+        return last[0] if last is not None else None
+
     def add(self, key: Hashable, nbytes: int) -> None:
         with self._lock:
             self._total += nbytes - self._bytes.get(key, 0)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._trigger import Trigger
     from .trace.model import Trace
 
-__all__ = ["Analysis", "Annotation", "CaptureFacts", "DeviceFacts", "RunResult"]
+__all__ = ["Analysis", "Annotation", "CaptureFacts", "Coverage", "DeviceFacts", "RunResult"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,74 @@ class DeviceFacts:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """How much of a run was recorded, and why recording stopped (capture/budget.py)."""
+
+    wall_ns: int  #: the profile's wall time, start to end
+    recorded_ns: int  #: time torch.profiler recorded
+    events: int  #: events recorded (counted once read)
+    windows: int = 1  #: windows the run was profiled in (1: not in windows)
+    #: why recording stopped before the end: "budget" | "duration" | "steps"; None: it did not
+    stopped: str | None = None
+    max_events: int | None = None  #: the event budget (per window in windows), None: none
+    budget_source: str = ""  #: where the budget came from ("max_events", "the default, sized from memory (...)")
+    steps: int = 0  #: steps timed (``ns.step()`` / optimizer steps), recorded or not
+    window_spec: str = ""  #: "10 s", "50 steps or 10 s"
+    #: windows whose raw traces are kept (run directory ``windows/``), by number
+    kept: tuple[int, ...] = ()
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * self.recorded_ns / self.wall_ns if self.wall_ns > 0 else 100.0
+
+    def line(self) -> str:
+        """``recorded 14.2 s of 30.1 s (47%) in 6 windows of 10 s; ...``"""
+        rec, wall = self.recorded_ns / 1e9, self.wall_ns / 1e9
+        text = f"recorded {rec:.1f} s of {wall:.1f} s ({self.pct:.0f}%), {self.events:,} events"
+        if self.windows > 1 or self.window_spec:
+            text += f", in {self.windows} windows of {self.window_spec} (paused while each was analysed)"
+        if self.stopped == "budget":
+            text += f"; recording stopped at the event budget of {self.max_events:,} events ({self.budget_source})"
+        elif self.stopped == "duration":
+            text += "; recording stopped at the duration limit"
+        elif self.stopped == "steps":
+            text += f"; recording stopped after {self.steps} steps (the step limit)"
+        if self.kept:
+            text += "; raw traces kept: window " + ", ".join(str(k) for k in self.kept)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_ns": self.wall_ns,
+            "recorded_ns": self.recorded_ns,
+            "recorded_pct": round(self.pct, 2),
+            "events": self.events,
+            "windows": self.windows,
+            "stopped": self.stopped,
+            "max_events": self.max_events,
+            "budget_source": self.budget_source,
+            "steps": self.steps,
+            "window_spec": self.window_spec,
+            "kept": list(self.kept),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Coverage:
+        return cls(
+            wall_ns=int(d.get("wall_ns", 0)),
+            recorded_ns=int(d.get("recorded_ns", 0)),
+            events=int(d.get("events", 0)),
+            windows=int(d.get("windows", 1)),
+            stopped=d.get("stopped"),
+            max_events=d.get("max_events"),
+            budget_source=str(d.get("budget_source", "")),
+            steps=int(d.get("steps", 0)),
+            window_spec=str(d.get("window_spec", "")),
+            kept=tuple(int(k) for k in d.get("kept", ())),
+        )
+
+
+@dataclass(frozen=True)
 class Analysis:
     """The analysis worker's product for one run."""
 
@@ -82,6 +150,8 @@ class Analysis:
     rank_profile: Mapping[str, Any] | None = None  #: rank.json: what ``neuronscope ranks`` compares
     device: DeviceFacts = field(default_factory=DeviceFacts)
     warnings: tuple[str, ...] = ()  #: the capture's and the analysis' own
+    #: how much of the run was recorded (None: all of it, no limit reached)
+    coverage: Coverage | None = None
 
 
 @dataclass(frozen=True)

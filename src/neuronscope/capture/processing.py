@@ -24,12 +24,21 @@ from typing import Any
 from .. import _config, _stats, _worker
 from .._run import Run, RunStatus
 from ..analysis.summary import summarize
-from ..result import Analysis, Annotation, DeviceFacts, RunResult
+from ..result import Analysis, Annotation, Coverage, DeviceFacts, RunResult
 from ..sinks import active_sinks
 from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json
 from ..trace.kineto import trace_from_kineto
 
-__all__ = ["ProcessOptions", "analyse", "last_run", "release_segments", "set_last_run", "submit", "write_out"]
+__all__ = [
+    "ProcessOptions",
+    "analyse",
+    "finish_windows",
+    "last_run",
+    "release_segments",
+    "set_last_run",
+    "submit",
+    "write_out",
+]
 
 _last_run: Run | None = None
 _last_lock = threading.Lock()
@@ -50,6 +59,8 @@ class ProcessOptions:
     #: called on the output worker with the analysis: what a trigger adds (baseline, explanation)
     annotate: Callable[[Analysis], Annotation] | None = None
     memory: str | None = None  #: "on" | "history": the memory stage runs (profile_neuron(memory=...))
+    #: a profile that stopped recording at a limit (capture/budget.py): what it covers, events counted here
+    coverage: Coverage | None = None
 
 
 def last_run() -> Run | None:
@@ -101,6 +112,10 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
     if options.window is not None and len(trace):
         run.start_ns = trace.start_time_ns  # a schedule window starts at its first event
     warnings = list(run.capture_warnings())
+    coverage = None
+    if options.coverage is not None and options.window is None:
+        coverage = replace(options.coverage, events=len(trace))
+        warnings.append(coverage.line() + ": the summary and diagnosis cover what was recorded")
     device = DeviceFacts()
     if options.backend is not None:
         device = options.backend.finish_run(run.name, trace, options.raw_dir, first_call=options.first_call)
@@ -121,9 +136,30 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
         rank_profile=rank_profile,
         device=device,
         warnings=tuple(warnings),
+        coverage=coverage,
     )
     run._publish_analysis(analysis)
     return analysis
+
+
+def finish_windows(run: Run, windowed: Any, stopped: str | None, run_dir: Any, options: ProcessOptions) -> None:
+    """A profile in windows ended (analysis worker, after its last window): the fold of its
+    windows becomes the run's analysis, written like any run's."""
+    try:
+        analysis = windowed.folded(stopped, start_ns=run.start_ns, end_ns=run.end_ns)
+        if analysis is None:
+            run.warn("no window was recorded: nothing to summarise")
+            _stats.record("failed")
+            run._finish(RunStatus.FAILED)
+            return
+        warnings = [*run.capture_warnings(), *analysis.warnings]
+        analysis = replace(analysis, warnings=tuple(dict.fromkeys(warnings)))
+        run._publish_analysis(analysis)
+    except Exception as exc:  # noqa: BLE001
+        _fail(run, exc, [], run_dir)
+        return
+    options = replace(options, save_trace=False, coverage=None)
+    _worker.output_worker().submit(lambda: write_out(run, [], analysis, run_dir, options))
 
 
 def _segment_trace(seg: Any, device: str) -> Any:
@@ -305,6 +341,9 @@ def _manifest(result: RunResult, segments: list[Any], options: ProcessOptions) -
         manifest["device_busy_pct"] = round(analysis.diagnosis.device_busy_pct, 2)
     if analysis.memory is not None:
         manifest["memory_peak_bytes"] = analysis.memory.peak_bytes
+    if analysis.coverage is not None:
+        manifest["coverage"] = analysis.coverage.to_dict()
+        manifest["events"] = analysis.coverage.events
     return manifest
 
 

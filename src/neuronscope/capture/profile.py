@@ -31,7 +31,7 @@ import wrapt
 from .. import _config, _env, _stats, _worker
 from .._run import Run, RunStatus
 from ..errors import ConfigurationError
-from ..result import CaptureFacts
+from ..result import CaptureFacts, Coverage
 from ..sinks.otel import capture_parent_context
 from .. import _ranks
 from . import arming as _arming
@@ -40,9 +40,11 @@ from . import session, usdt
 from . import signals as _signals
 from .signals import Terminated
 from . import wiring as _wiring  # noqa: F401 - the OpenTelemetry sink and the flush at exit, once
+from . import budget as _budget
+from .budget import Limits, Recording, Windows
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronOptions
-from .processing import ProcessOptions, release_segments, set_last_run, submit
+from .processing import ProcessOptions, finish_windows, release_segments, set_last_run, submit
 from .sampling import SamplingPolicy, _count_value
 
 _arming.first_call_hooks.append(_control.ensure_started)  # the channel opens at the first decorated call
@@ -88,6 +90,10 @@ class ProfileNeuron:
         ranks: Any = "all",
         trigger: Any = None,
         memory: bool | str = False,
+        windows: Windows | int | None = None,
+        max_events: int | None = None,
+        max_seconds: float | None = None,
+        max_steps: int | None = None,
         _policy_site: tuple[str, int] | None = None,
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -144,6 +150,10 @@ class ProfileNeuron:
             if not isinstance(trigger, SlowCalls):
                 raise ConfigurationError("profile_neuron(trigger=...): pass neuronscope.SlowCalls(...)")
         self.trigger = trigger
+        #: when recording stops (capture/budget.py): an event budget, a duration, a step count
+        self.limits = Limits(max_events=max_events, max_seconds=max_seconds, max_steps=max_steps)
+        #: profile a long run in windows folded into one run (capture/windows.py)
+        self.windows = _windows_option(windows, schedule)
         self._local = threading.local()  # per-thread stack of active captures of this object
 
     # -- context manager -----------------------------------------------------------------
@@ -352,6 +362,10 @@ class _Capture:
         self.trigger: Any = None  # why it is profiled on demand (arming, a SlowCalls trigger)
         self.annotate: Any = None  # the trigger's hook adding baseline and explanation to the manifest
         self.call_ns: int | None = None  # the call's wall time, when a trigger timed it (for its manifest)
+        self.paused = False  # session.Client: open but not recording (past a limit, between windows)
+        self.recording: Recording | None = None  # the limits' state (capture/budget.py); None with a schedule
+        self._windowed: Any = None  # capture/windows.WindowedRun, for a profile in windows
+        self._window_start_ns = 0
 
     # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
@@ -448,11 +462,57 @@ class _Capture:
         self._open = True
         session.mark_capture(self)
         self.run.start_ns = time.time_ns()
+        if spec.schedule is None:
+            self._watch_limits(backend)
         # What neuronscope itself costs the caller, torch.profiler's own start/stop excluded:
         # wall time (includes waiting for the GIL) and this thread's CPU time (does not).
         self.run.caller_overhead_ns = time.perf_counter_ns() - t_begin - self._torch_ns
         self.run.caller_overhead_cpu_ns = time.thread_time_ns() - c_begin - self._torch_cpu_ns
         return self.run
+
+    def _watch_limits(self, backend: DeviceBackend) -> None:
+        """Record under the profile's limits (and in windows, if asked): capture/budget.py."""
+        spec = self.spec
+        self.recording = Recording(self, spec.limits, spec.windows)
+        self._window_start_ns = self.run.start_ns if self.run is not None else time.time_ns()
+        if spec.windows is not None:
+            from .windows import WindowedRun
+
+            name, start_ns, info = self.name, self._window_start_ns, self.rank_info
+            make = None if self._run_dir is not None else (lambda: _make_run_dir(spec, name, start_ns, info, status="recording"))
+            self._windowed = WindowedRun(name, backend.name, spec.windows, self.recording, self._run_dir, make)
+        _budget.watch(self)
+
+    def limit_action(self, action: str) -> None:
+        """A limit or window boundary was reached (on a thread allowed to stop the session):
+        "resume" starts the next window; anything else stops recording (a window's end, or for good)."""
+        rec = self.recording
+        if rec is None or not self._open:
+            return
+        # on the capture's own thread, a window is delimited by the capture's markers as a whole
+        # profile is (the diagnosis' window then holds its last step and the idle after it)
+        own_thread = threading.get_ident() == rec.thread
+        if action == "resume":
+            if rec.in_flight == 0 and session.resume(self):
+                rec.session_started_now(time.monotonic_ns())
+                self._window_start_ns = time.time_ns()
+                if own_thread:
+                    session.mark_capture(self)
+            return
+        if own_thread and self._windowed is not None:
+            session.mark_capture(self, end=True)
+        now, wall = time.monotonic_ns(), time.time_ns()
+        steps = rec.window_steps
+        taken = session.cut(self, take=self._windowed is not None)
+        if taken is None:
+            return
+        rec.session_ended(now, action)
+        if self._windowed is not None:
+            self._windowed.submit(rec.window_index, taken, action, self._options(None), self._window_start_ns, wall, steps)
+        if rec.stopped is not None and self.run is not None:
+            log.info(
+                "neuronscope: %r stopped recording at %s; the code runs on unprofiled", self.name, _budget.STOP_WORDS[action]
+            )
 
     def start_session(self, all_threads: bool) -> Any:
         """Start a torch profiler with this capture's options (called by the session, also to resume)."""
@@ -527,6 +587,8 @@ class _Capture:
             run.error = type(exc).__name__
             run.error_message = str(exc)[:1024]
         session.mark_capture(self, end=True)
+        if self.recording is not None:
+            _budget.unwatch(self)
         backend = self._backend
         t_stop, c_stop = time.perf_counter_ns(), time.thread_time_ns()
         try:
@@ -549,16 +611,53 @@ class _Capture:
             if not run.done:
                 run._finish(RunStatus.COMPLETE if run.windows else RunStatus.SKIPPED)
             return
-        if not segments:
+        if self._windowed is not None and (
+            self.recording is None or self.recording.window_index > 1 or not self.recording.recording
+        ):
+            self._end_windows(run, segments)
+        elif not segments:  # (a profile in windows that ended in its first is an ordinary run)
             _stats.record("failed")
             run._finish(RunStatus.FAILED)
             return
-        set_last_run(run)
-        self._submit(run, segments, self._run_dir, window=None)
+        else:
+            set_last_run(run)
+            self._submit(run, segments, self._run_dir, window=None)
         spent = time.perf_counter_ns() - t_end
         spent_cpu = time.thread_time_ns() - c_end
         run.caller_overhead_ns += spent - torch_ns
         run.caller_overhead_cpu_ns += spent_cpu - torch_cpu_ns
+
+    def _coverage(self, run: Run) -> Coverage | None:
+        """What a profile that stopped at a limit covers (events are counted by the analysis)."""
+        rec = self.recording
+        if rec is None or rec.stopped is None:
+            return None
+        return Coverage(
+            wall_ns=max(run.end_ns - run.start_ns, 0),
+            recorded_ns=rec.recorded_ns,
+            events=0,
+            stopped=rec.stopped,
+            max_events=rec.max_events,
+            budget_source=rec.budget_source,
+            steps=len(rec.step_us),
+        )
+
+    def _end_windows(self, run: Run, segments: list[Any]) -> None:
+        """The last window, then the fold of all of them as the run (on the analysis worker)."""
+        rec, windowed = self.recording, self._windowed
+        assert rec is not None and windowed is not None
+        was_recording = rec.recording
+        rec.session_ended(time.monotonic_ns(), "end")
+        taken = list(segments)
+        self.segments.clear()
+        if taken:
+            end = run.end_ns if was_recording else self._window_start_ns
+            start = self._window_start_ns
+            windowed.submit(rec.window_index, taken, "end", self._options(None), start, max(end, start), rec.window_steps)
+        set_last_run(run)
+        options = self._options(None)
+        where: Any = self._run_dir if self._run_dir is not None else windowed._dir
+        _worker.get_worker().submit(lambda: finish_windows(run, windowed, rec.stopped, where, options))
 
     def _options(self, window: int | None) -> ProcessOptions:
         assert self._backend is not None
@@ -575,6 +674,7 @@ class _Capture:
             extra_manifest=self._rank_manifest(),
             annotate=self.annotate,
             memory=self.spec.memory,
+            coverage=self._coverage(self.run) if self.run is not None and window is None else None,
         )
 
     def _rank_manifest(self) -> dict[str, Any]:
@@ -625,6 +725,18 @@ class _Capture:
         finally:
             self._callback_ns += time.perf_counter_ns() - t0
             self._callback_cpu_ns += time.thread_time_ns() - c0
+
+
+def _windows_option(windows: Any, schedule: Any) -> Windows | None:
+    if isinstance(windows, int) and not isinstance(windows, bool):
+        windows = Windows(steps=windows)
+    if windows is not None and not isinstance(windows, Windows):
+        raise ConfigurationError(
+            f"profile_neuron(windows={windows!r}): pass neuronscope.Windows(steps=N, seconds=T, keep=K) or a step count"
+        )
+    if windows is not None and schedule is not None:
+        raise ConfigurationError("profile_neuron(windows=..., schedule=...): use one; windows replace a schedule on long runs")
+    return windows
 
 
 _backpressure_warned = False

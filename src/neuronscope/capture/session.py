@@ -45,6 +45,7 @@ class Client(Protocol):
     schedule: Any  #: the capture's torch.profiler schedule, or None
     segments: list  #: what the session recorded for this capture, in order
     last_window_results: Any  #: a scheduled capture's last window (see share_window)
+    paused: bool  #: open but not recording (between windows, past its budget): not resumed after a nested profile
 
     def start_session(self, all_threads: bool) -> Any:
         """Start (and return) the torch.profiler session, configured for this capture."""
@@ -68,8 +69,10 @@ __all__ = [
     "START",
     "Segment",
     "active_run",
+    "cut",
     "enter",
     "leave",
+    "resume",
 ]
 
 
@@ -204,6 +207,51 @@ def leave(capture: Client, before_stop: Any = None) -> list[Segment]:
         return segments
 
 
+def cut(capture: Client, take: bool = False) -> list[Segment] | None:
+    """End the running session while ``capture`` owns it, and start none: its events become a
+    segment of every open capture. A window ending, or a budget reached (capture/budget.py).
+    The capture stays open, paused, until :func:`resume`. Returns the capture's segments so far
+    (handed over and cleared when ``take``: a window's), or None when it does not own the session."""
+    with _lock:
+        if _session is None or _session_owner is not capture or capture not in _open:
+            return None
+        capture.paused = True
+        _cut_segment()
+        segments = list(capture.segments)
+        if take:
+            capture.segments.clear()
+        return segments
+
+
+def owner() -> Client | None:
+    """The capture whose options the running session has (None: no session)."""
+    return _session_owner
+
+
+def resume(capture: Client) -> bool:
+    """Start recording again for a paused ``capture`` (the next window). False when it is not the
+    innermost open capture (a profile nested in it records now; the window starts after it)."""
+    with _lock:
+        if capture not in _open or _open[-1] is not capture:
+            return False
+        capture.paused = False
+        if _session is not None:
+            return True
+        try:
+            _start(capture)
+        except Exception as exc:  # noqa: BLE001 - the capture goes on without more windows
+            capture.paused = True
+            capture.resume_failed(exc)
+            return False
+        return True
+
+
+def recording_since() -> tuple[Client | None, int, int]:
+    """(owner, start ns, process RSS at start) of the running session: what the budget watchdog estimates from."""
+    with _lock:
+        return _session_owner, _session_start_ns, _session_rss
+
+
 def abandon(capture: Client) -> None:
     """Forget a capture whose start failed (nothing to process)."""
     with _lock:
@@ -317,6 +365,8 @@ def _resume() -> None:
     capture = _open[-1]
     if capture.schedule is not None:
         return  # a scheduled capture's session is never yielded, so never resumed
+    if getattr(capture, "paused", False):
+        return  # between windows, or past its budget: it resumes itself (capture/budget.py)
     from .region import continue_open_regions
 
     try:

@@ -19,10 +19,16 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["Terminated", "install"]
+__all__ = ["WAKE", "Terminated", "install", "wake_main_thread"]
 
 _installed = False
 _previous: Any = None
+#: a real-time signal neuronscope sends its own main thread so that a profile recording only
+#: that thread can be stopped at once when its budget or window ends (capture/budget.py):
+#: torch stops a thread's profile only from that thread. None where there are none, or when
+#: the program handles this signal itself.
+WAKE: int | None = None
+_on_wake: list[Any] = []
 
 
 class Terminated(SystemExit):
@@ -38,6 +44,7 @@ def install() -> None:
     if _installed or threading.current_thread() is not threading.main_thread():
         return
     _installed = True
+    _install_wake()
     try:
         current = signal.getsignal(signal.SIGTERM)
         if current is signal.SIG_IGN or current is None:
@@ -69,3 +76,38 @@ def _stop_open_profiles() -> None:
         wiring.flush(_env.EXIT_FLUSH_TIMEOUT.get(lenient=True))
     except Exception as exc:  # noqa: BLE001 - best effort; the program's handler still runs
         _stats.contain("writing the profiles in flight on SIGTERM", exc, exc_info=False)
+
+
+def _install_wake() -> None:
+    global WAKE
+    number = getattr(signal, "SIGRTMAX", None)
+    if number is None:
+        return
+    number = int(number) - 2  # SIGRTMAX itself is the one programs pick first
+    try:
+        if signal.getsignal(number) not in (signal.SIG_DFL, None):
+            return  # the program uses it
+        signal.signal(number, _woken)
+        WAKE = number
+    except (ValueError, OSError):
+        return
+
+
+def _woken(signum: int, frame: Any) -> None:
+    for callback in list(_on_wake):
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - a signal handler must never raise into user code
+            pass
+
+
+def wake_main_thread() -> bool:
+    """Run the wake callbacks in the main thread soon (between two of its bytecodes; a sleep
+    or a blocking read is interrupted and resumed). False where that is not possible."""
+    if WAKE is None:
+        return False
+    try:
+        signal.pthread_kill(threading.main_thread().ident or 0, WAKE)
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False

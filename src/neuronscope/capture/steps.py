@@ -22,7 +22,7 @@ def step() -> None:
     """
     import torch.autograd.profiler as _ap
 
-    from . import session
+    from . import budget, session
 
     if session._open:
         # checked before torch's "profiler enabled" flag: a schedule's wait steps record
@@ -34,3 +34,5 @@ def step() -> None:
     elif not _ap._is_profiler_enabled:
         return  # no profile at all: two flag checks
     session._mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
+    if budget._watched:
+        budget.on_step()  # windows end and limits act at steps (capture/budget.py)

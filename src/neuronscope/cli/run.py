@@ -25,6 +25,8 @@ import click
 from ._group import EXIT_FAILURE, Failure, cli
 
 _DEVICES = ("auto", "neuron", "cuda", "cpu")
+#: a script that runs longer is profiled in windows of this many seconds, folded into one run
+DEFAULT_WINDOW_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,55 @@ def _apply_run_options(opts: RunOptions) -> None:
     is_flag=True,
     help="Whole-program capture by the Neuron runtime (NEURON_RT_INSPECT_*) in a child process, instead of torch.profiler.",
 )
+@click.option(
+    "--max-events",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Event budget of each window (of the profile with --no-windows); past it recording pauses. "
+    "Default: sized from the memory available, at most 250,000 per window; 0: no budget.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="S",
+    help="Stop recording after S seconds; the script runs on unprofiled.",
+)
+@click.option(
+    "--steps",
+    "max_steps",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Stop recording after N steps (ns.step() calls, else optimizer steps).",
+)
+@click.option(
+    "--window-steps",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="End a window every N steps (ns.step() calls, else optimizer steps).",
+)
+@click.option(
+    "--window-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="T",
+    help="End a window every T seconds (at the next step when the script has steps). "
+    f"Default: {DEFAULT_WINDOW_SECONDS:g} when --window-steps is not given.",
+)
+@click.option(
+    "--keep",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    metavar="K",
+    help="Raw traces kept besides the first window's: the K slowest windows'.",
+)
+@click.option(
+    "--no-windows", is_flag=True, help="Profile the script as one window (up to the event budget) instead of folding windows."
+)
 @click.argument("script", metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
 def run(
@@ -135,6 +186,13 @@ def run(
     otlp_endpoint: str | None,
     neuron_inspect: bool,
     memory: str | None,
+    max_events: int | None,
+    duration: float | None,
+    max_steps: int | None,
+    window_steps: int | None,
+    window_seconds: float | None,
+    keep: int,
+    no_windows: bool,
     script: str,
     script_args: tuple[str, ...],
 ) -> int:
@@ -146,10 +204,15 @@ def run(
       neuronscope run --device cpu --output-dir runs/ examples/rmsnorm.py --steps 5
       neuronscope run -o summary.txt -m mypkg.serve --port 8000
       neuronscope run --memory train.py   # + the memory peak, who holds it, growth per step
+      neuronscope run --window-steps 100 --keep 5 train.py   # a long job: windows of 100 steps
+      neuronscope run --duration 60 serve.py                  # record the first minute only
 
     Options go before SCRIPT; everything after it is passed to the script. The script's
     output and exit status are preserved; the summary follows on stdout (or -o FILE).
     Profiles the script opens itself get their own runs and are regions of this one.
+
+    A script that runs longer than one window (10 s by default) is profiled in windows folded
+    into one run: memory stays bounded by one window whatever its length (docs/long-runs.md).
     """
     _apply_run_options(RunOptions(op_spans=op_spans, otlp_endpoint=otlp_endpoint, neuron_inspect=neuron_inspect))
     if output_file is not None and not quiet:
@@ -161,6 +224,12 @@ def run(
         return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
     if neuron_inspect:
         return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
+    if no_windows and (window_steps or window_seconds):
+        raise click.UsageError("--no-windows with --window-steps/--window-seconds: choose one")
+    windows = None
+    if not no_windows:
+        seconds = window_seconds if window_seconds is not None else (None if window_steps else DEFAULT_WINDOW_SECONDS)
+        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep)
     try:
         # all_threads: the whole program, and profiles the script opens on any thread nest into it
         # torch records no allocator records when it profiles all threads (torch 2.x), so with
@@ -171,6 +240,10 @@ def run(
             device=device,
             all_threads=memory is None,
             memory={"on": True, "history": "history"}.get(memory or "", False),
+            windows=windows,
+            max_events=max_events,
+            max_seconds=duration,
+            max_steps=max_steps,
         )
     except ns.DeviceUnavailableError as exc:
         raise Failure(f"--device {device}: {exc}") from exc

@@ -250,7 +250,7 @@ def load_run(path: str | os.PathLike[str]) -> Any:
     """Load a saved run directory as a completed :class:`~neuronscope.Run`."""
     from .._run import Run, RunStatus
     from ..analysis.summary import Summary
-    from ..result import Analysis, CaptureFacts, RunResult
+    from ..result import Analysis, CaptureFacts, Coverage, RunResult
 
     p = Path(path)
     manifest_file = p / "manifest.json"
@@ -314,7 +314,13 @@ def load_run(path: str | os.PathLike[str]) -> Any:
         error_message=manifest.get("error_message"),
         warnings=tuple(warnings),
         analysis=Analysis(
-            trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank, warnings=tuple(warnings)
+            trace=trace,
+            summary=summary,
+            diagnosis=diagnosis,
+            memory=memory,
+            rank_profile=rank,
+            warnings=tuple(warnings),
+            coverage=Coverage.from_dict(manifest["coverage"]) if isinstance(manifest.get("coverage"), dict) else None,
         ),
         capture=CaptureFacts(trigger=trigger),
         manifest=manifest,

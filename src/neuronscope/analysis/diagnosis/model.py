@@ -506,7 +506,9 @@ def headline_lines(d: "Diagnosis") -> list[str]:
         top = max(d.idle_us_by_class, key=lambda c: d.idle_us_by_class[c])
         share = 100 * d.idle_us_by_class[top] / idle_total if idle_total else 0.0
         why = f"{share:.0f}% of idle time is {CLASS_WORDS.get(top, top)}"
-    lines.append(f"{_what(d)} {d.device_busy_pct:.0f}%{where} over {format_us(d.window_us)} — {verdict}: {why}")
+    # a run profiled in windows: the time recorded, not the wall time from the first window to the last
+    over = float(d.evidence.get("recorded_us", d.window_us))
+    lines.append(f"{_what(d)} {d.device_busy_pct:.0f}%{where} over {format_us(over)} — {verdict}: {why}")
     parts = [(c, us) for c, us in sorted(d.idle_us_by_class.items(), key=lambda kv: -kv[1]) if us > 0]
     if parts:
         shown = " · ".join(f"{c} {format_us(us)}" for c, us in parts[:4])

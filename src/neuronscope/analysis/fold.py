@@ -1,0 +1,295 @@
+"""Folding the windows of a long run into one summary and one diagnosis.
+
+A long run is profiled in windows (``profile_neuron(windows=...)``, ``neuronscope run``):
+each window is summarised and diagnosed as it ends and its events are freed, so memory is
+bounded by one window whatever the length of the run. What the user reads is the fold of
+all of them:
+
+* the summary adds each op's calls and times over the windows (every field of a row is a
+  sum, a min or a max, so folding is exact), and the regions likewise;
+* the diagnosis adds busy and idle time per class over the recorded time, keeps the longest
+  gaps, takes step-time percentiles over every step the run timed (recorded or not), sums
+  each rule's time at stake over the windows where it fired (its message is the window that
+  had the most), and records the verdict of each window (``evidence["windows"]``).
+
+Pure functions of the window results: no torch, no trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from .diagnosis.model import (
+    CollectiveStats,
+    Communication,
+    Diagnosis,
+    Finding,
+    Gaps,
+    Step,
+    Steps,
+)
+from .summary import OpStats, RegionStats, Summary, _build
+
+__all__ = ["fold_diagnoses", "fold_summaries"]
+
+_SEVERITY = ("info", "low", "medium", "high")
+
+
+def _row_tuple(r: OpStats) -> tuple:
+    ns = 1000.0
+    return (
+        r.name,
+        r.calls,
+        round(r.device_time_us * ns),
+        round(r.self_device_time_us * ns),
+        round(r.cpu_time_us * ns),
+        round(r.self_cpu_time_us * ns),
+        r.first_start_ns,
+        r.last_end_ns,
+        round(r.compile_time_us * ns),
+        r.calls if r.compile else 0,
+    )
+
+
+def _unique(items: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def fold_summaries(parts: Sequence[Summary]) -> Summary:
+    """One summary of all ``parts`` (the windows of one run): each op's calls and times added."""
+    if not parts:
+        raise ValueError("fold_summaries: no summaries to fold")
+    device = parts[0].device
+    root = _build([_row_tuple(r) for s in parts for r in s.rows], device)
+    total_ns = root.total_device_time_us * 1000.0
+    paths = _unique([p for s in parts for p in s.regions])
+    regions: dict[str, Summary] = {}
+    for path in paths:
+        pieces = [s.regions[path] for s in parts if path in s.regions]
+        stats = [p.region_stats for p in pieces if p.region_stats is not None]
+        region = _build([_row_tuple(r) for p in pieces for r in p.rows], device)
+        regions[path] = replace(
+            region,
+            region_stats=RegionStats(
+                path=path,
+                occurrences=sum(st.occurrences for st in stats),
+                wall_time_us=sum(st.wall_time_us for st in stats),
+                first_start_ns=min((st.first_start_ns for st in stats), default=0),
+                last_end_ns=max((st.last_end_ns for st in stats), default=0),
+            )
+            if stats
+            else None,
+            direct_rows=_build([_row_tuple(r) for p in pieces for r in p.direct_rows], device, total_ns).rows,
+        )
+    labels: dict[str, str] = {}
+    for s in parts:
+        labels.update(s.labels)
+    if labels:
+        regions = {p: replace(r, labels=labels) for p, r in regions.items()}
+    return replace(
+        root,
+        regions=regions,
+        direct_rows=_build([_row_tuple(r) for s in parts for r in s.direct_rows], device, total_ns).rows,
+        warnings=_unique([w for s in parts for w in s.warnings]),
+        notes=_unique([n for s in parts for n in s.notes]),
+        labels=labels,
+    )
+
+
+def _fold_gaps(parts: Sequence[Diagnosis], top_n: int = 5) -> Gaps:
+    us_by: dict[str, float] = {}
+    n_by: dict[str, int] = {}
+    for d in parts:
+        for c, v in d.gaps.us_by_class.items():
+            us_by[c] = us_by.get(c, 0.0) + v
+        for c, n in d.gaps.count_by_class.items():
+            n_by[c] = n_by.get(c, 0) + n
+    top = sorted((g for d in parts for g in d.gaps.top), key=lambda g: -g.duration_us)[:top_n]
+    # a gap's step index is its window's: it no longer points into the folded steps
+    return Gaps(
+        threshold_us=parts[0].gaps.threshold_us,
+        count=sum(d.gaps.count for d in parts),
+        total_us=sum(d.gaps.total_us for d in parts),
+        us_by_class=us_by,
+        count_by_class=n_by,
+        top=tuple(replace(g, step=None) for g in top),
+    )
+
+
+def _percentile(sorted_us: Sequence[float], q: float) -> float:
+    """numpy's default (linear) percentile of an already sorted list."""
+    if not sorted_us:
+        return 0.0
+    pos = (len(sorted_us) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_us) - 1)
+    return sorted_us[lo] + (sorted_us[hi] - sorted_us[lo]) * (pos - lo)
+
+
+def _fold_steps(parts: Sequence[Diagnosis], all_steps_us: Sequence[float] | None, max_saved: int = 1000) -> Steps | None:
+    windows = [d.steps for d in parts if d.steps is not None and d.steps.count]
+    if not windows and not all_steps_us:
+        return None
+    per_step: list[Step] = []
+    offset = 0
+    for s in windows:
+        per_step += [replace(p, index=p.index + offset) for p in s.per_step]
+        offset += s.count
+    if len(per_step) > max_saved:  # the slowest ones, in time order
+        keep = sorted(sorted(per_step, key=lambda p: -p.duration_us)[:max_saved], key=lambda p: p.start_ns)
+        per_step = keep
+    if all_steps_us:
+        durations = sorted(float(x) for x in all_steps_us)
+        count = len(all_steps_us)
+        slowest = max(range(count), key=lambda i: all_steps_us[i])
+        source, name = (windows[0].source, windows[0].name) if windows else ("ns.step", "ns.step")
+    else:
+        durations = sorted(p.duration_us for p in per_step)
+        count = offset
+        slow = max(per_step, key=lambda p: p.duration_us, default=None)
+        slowest = slow.index if slow is not None else 0
+        source, name = windows[0].source, windows[0].name
+    return Steps(
+        source=source,
+        name=name,
+        count=count,
+        p50_us=_percentile(durations, 50),
+        p90_us=_percentile(durations, 90),
+        p99_us=_percentile(durations, 99),
+        max_us=durations[-1] if durations else 0.0,
+        slowest_index=slowest,
+        per_step=tuple(per_step),
+    )
+
+
+def _fold_findings(parts: Sequence[Diagnosis], steps: int) -> list[Finding]:
+    by_rule: dict[str, list[Finding]] = {}
+    for d in parts:
+        for f in d.findings:
+            by_rule.setdefault(f.rule, []).append(f)
+    folded = []
+    for rule, fs in by_rule.items():
+        lead = max(fs, key=lambda f: f.us_at_stake)
+        stake = sum(f.us_at_stake for f in fs)
+        severity = max((f.severity for f in fs), key=lambda s: _SEVERITY.index(s) if s in _SEVERITY else 0)
+        evidence = {**lead.evidence, "windows": len(fs), "windows_total": len(parts)}
+        folded.append(
+            Finding(
+                rule=rule,
+                message=lead.message,
+                us_at_stake=stake,
+                evidence=evidence,
+                severity=severity,
+                us_per_step=(stake / steps) if steps and any(f.us_per_step is not None for f in fs) else None,
+            )
+        )
+    folded.sort(key=lambda f: (-f.us_at_stake, f.rule))
+    return folded
+
+
+def _fold_communication(parts: Sequence[Diagnosis], recorded_us: float) -> Communication | None:
+    comms = [d.communication for d in parts if d.communication is not None]
+    if not comms:
+        return None
+    collective = sum(c.collective_us for c in comms)
+    exposed = sum(c.exposed_us for c in comms)
+    kinds: dict[str, list[CollectiveStats]] = {}
+    for c in comms:
+        for k in c.by_kind:
+            kinds.setdefault(k.kind, []).append(k)
+    by_kind = [
+        CollectiveStats(
+            kind=kind,
+            calls=sum(k.calls for k in ks),
+            time_us=sum(k.time_us for k in ks),
+            bytes=sum(k.bytes for k in ks) if all(k.bytes is not None for k in ks) else None,
+            group_size=ks[0].group_size,
+        )
+        for kind, ks in kinds.items()
+    ]
+    by_kind.sort(key=lambda k: -k.time_us)
+    return Communication(
+        backend=comms[0].backend,
+        collective_us=collective,
+        exposed_us=exposed,
+        overlap_pct=100.0 * (collective - exposed) / collective if collective else 0.0,
+        exposed_pct_of_window=100.0 * exposed / recorded_us if recorded_us else 0.0,
+        by_kind=tuple(by_kind),
+    )
+
+
+def fold_diagnoses(
+    parts: Sequence[Diagnosis], *, all_steps_us: Sequence[float] | None = None, window_indexes: Sequence[int] | None = None
+) -> Diagnosis:
+    """One diagnosis of all ``parts`` (the windows of one run, in time order).
+
+    ``all_steps_us``: the wall time of every step the run timed, recorded or not (the
+    percentiles are taken over them); ``window_indexes``: each part's window number.
+    """
+    from .diagnosis import _CAUSE_RULES, _verdict
+
+    if not parts:
+        raise ValueError("fold_diagnoses: no diagnoses to fold")
+    recorded = [d for d in parts if d.bound_by != "none"] or list(parts)
+    busy = sum(d.device_busy_us for d in recorded)
+    idle = sum(d.device_idle_us for d in recorded)
+    window_us = busy + idle
+    busy_pct = 100.0 * busy / window_us if window_us else 0.0
+    idle_by: dict[str, float] = {}
+    for d in recorded:
+        for c, v in d.idle_us_by_class.items():
+            idle_by[c] = idle_by.get(c, 0.0) + v
+    steps = _fold_steps(parts, all_steps_us)
+    anything = any(d.bound_by != "none" for d in parts)
+    comm_us = sum(d.window_us for d in recorded if d.bound_by == "communication")
+    if not anything:
+        bound_by = "none"
+    elif comm_us * 2 >= window_us and comm_us > 0:
+        bound_by = "communication"
+    else:
+        bound_by = _verdict(busy_pct, idle_by)
+    indexes = list(window_indexes) if window_indexes is not None else list(range(1, len(parts) + 1))
+    idle_total = sum(idle_by.values())
+    evidence: dict[str, Any] = {
+        "device_busy_pct": round(busy_pct, 2),
+        "device_bound_at_pct": parts[0].evidence.get("device_bound_at_pct", 80.0),
+        "idle_share_pct": {c: round(100 * v / idle_total, 2) if idle_total else 0.0 for c, v in idle_by.items()},
+        "window_us": round(window_us, 3),
+        "recorded_us": round(window_us, 3),
+        "gap_threshold_us": parts[0].gaps.threshold_us,
+        "windows": [
+            {
+                "window": i,
+                "start_ns": d.window_start_ns,
+                "end_ns": d.window_end_ns,
+                "bound_by": d.bound_by,
+                "device_busy_pct": round(d.device_busy_pct, 2),
+            }
+            for i, d in zip(indexes, parts)
+        ],
+    }
+    findings = _fold_findings(recorded if anything else [], steps.count if steps is not None else 0)
+    rules = _CAUSE_RULES.get(bound_by, ())
+    findings = [f for f in findings if f.rule in rules] + [f for f in findings if f.rule not in rules]
+    memory_lines = [d.memory_line for d in parts if d.memory_line]
+    return Diagnosis(
+        device=parts[0].device,
+        timeline=parts[0].timeline,
+        window_start_ns=min(d.window_start_ns for d in parts),
+        window_end_ns=max(d.window_end_ns for d in parts),
+        device_busy_us=busy,
+        device_idle_us=idle,
+        device_busy_pct=busy_pct,
+        idle_us_by_class=idle_by,
+        gaps=_fold_gaps(recorded),
+        steps=steps,
+        bound_by=bound_by,
+        evidence=evidence,
+        findings=tuple(findings),
+        notes=_unique([n for d in parts for n in d.notes]),
+        timeline_data=None,  # the windows' own timelines are in their run directories
+        memory_line=memory_lines[-1] if memory_lines else None,
+        communication=_fold_communication(recorded, window_us),
+    )

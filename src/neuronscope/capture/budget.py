@@ -1,0 +1,407 @@
+"""Bounded recording: an event budget, a duration, a step count, and windows.
+
+torch.profiler keeps every event of a session in memory (~240 B each while it records, ~1.8 KB
+once stopped and read), so a profile left open on a long job grows until the kernel kills the
+process. Every profile therefore records under limits (:class:`Limits`):
+
+* ``max_events`` — by default sized from the memory available when the process first profiles
+  (:func:`default_max_events`). Events are not countable while torch records, so they are
+  estimated as the backlog estimates a stopped capture: the smaller of the process's RSS growth
+  over the session divided by what an event costs while recording, and the session's duration
+  times the event rate this profile had last time (or an upper bound for a first one);
+* ``max_seconds`` / ``max_steps`` — stop recording after that long, or that many steps.
+
+Past a limit the session stops and the program runs on unprofiled; the run says how much of the
+wall time it covers and why it stopped (:class:`~neuronscope.result.Coverage`).
+
+A profile in **windows** (:class:`Windows`) instead ends a window at the limit, every N steps or
+every T seconds: the window is summarised on the analysis worker and freed, and the next window
+starts at the next boundary once it has been (so memory holds one window being analysed, never
+a backlog of them). capture/windows.py folds the windows into one run.
+
+Who stops the session: torch lets only the thread that started a profile stop it, unless it
+records every thread (``all_threads``, what ``neuronscope run`` uses). A watchdog thread polls the
+open limited captures every 50 ms; it stops an all-threads session itself, wakes the main thread
+with a signal of its own (capture/signals.py) for a main-thread session, and otherwise leaves
+the action to the capture's thread at its next ``ns.step()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _stats, _worker
+from ..errors import ConfigurationError
+
+__all__ = ["Limits", "Recording", "Windows", "default_max_events", "on_step", "watch"]
+
+log = logging.getLogger("neuronscope")
+
+#: what torch holds per event while a session records (measured on torch 2.13 CPU, a Linear
+#: loop: +154 MB for 664,890 events = 243 B/event; ~1,760 B/event once stopped)
+RECORDING_BYTES_PER_EVENT = 240
+#: the fastest eager dispatch one thread records (a 64x64 Linear loop here: 330,000 events/s):
+#: the event rate assumed for a profile name not measured yet
+FIRST_EVENT_RATE = 500_000.0
+#: the default budget takes this share of the memory available at the first profile ...
+MEMORY_SHARE = 1 / 16
+#: ... within these bounds (past 2 M events a window takes ~10 s to analyse on one core)
+MIN_DEFAULT_EVENTS, MAX_DEFAULT_EVENTS = 100_000, 2_000_000
+#: the default budget of one window (~0.5 GB from recording to analysis, ~1 s to analyse)
+WINDOW_DEFAULT_EVENTS = 250_000
+POLL_S = 0.05
+
+_default_events: int | None = None
+_available_bytes: int | None = None
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_max_events() -> int:
+    """The default event budget of one profile (or one window): 1/16 of the memory available
+    when first asked, at what an event costs from recording to analysis, within 100k-2M."""
+    global _default_events, _available_bytes
+    if _default_events is None:
+        _available_bytes = _mem_available()
+        per_event = RECORDING_BYTES_PER_EVENT + _worker.KINETO_BYTES_PER_EVENT + _worker.MODEL_BYTES_PER_EVENT
+        guess = int((_available_bytes or 8 * 2**30) * MEMORY_SHARE / per_event)
+        _default_events = max(MIN_DEFAULT_EVENTS, min(MAX_DEFAULT_EVENTS, guess))
+    return _default_events
+
+
+def describe_default() -> str:
+    avail = f"{_available_bytes / 2**30:.1f} GiB available" if _available_bytes else "no memory reading; 8 GiB assumed"
+    return f"the default, sized from memory ({avail})"
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Profile a long run in windows, folded into one run (docs/long-runs.md).
+
+    A window ends every ``steps`` steps (``ns.step()``, or optimizer steps when the code calls no
+    ``ns.step()``) or every ``seconds`` seconds, whichever comes first, or at the event budget.
+    ``keep``: besides the first window's, the raw traces kept are those of the ``keep`` slowest
+    windows (by mean step time; without steps, by busy time).
+    """
+
+    steps: int | None = None
+    seconds: float | None = None
+    keep: int = 3
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and (not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1):
+            raise ConfigurationError(f"Windows(steps={self.steps!r}): use a positive int")
+        if self.seconds is not None and (not isinstance(self.seconds, (int, float)) or self.seconds <= 0):
+            raise ConfigurationError(f"Windows(seconds={self.seconds!r}): use a positive number of seconds")
+        if self.steps is None and self.seconds is None:
+            raise ConfigurationError("Windows(): give steps=N, seconds=T or both")
+        if not isinstance(self.keep, int) or isinstance(self.keep, bool) or self.keep < 0:
+            raise ConfigurationError(f"Windows(keep={self.keep!r}): use an int >= 0")
+
+    def describe(self) -> str:
+        parts = ([f"{self.steps} steps"] if self.steps else []) + ([f"{self.seconds:g} s"] if self.seconds else [])
+        return " or ".join(parts)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a profile stops recording. ``max_events``: None = the default budget, 0 = none."""
+
+    max_events: int | None = None
+    max_seconds: float | None = None
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_events is not None and (
+            not isinstance(self.max_events, int) or isinstance(self.max_events, bool) or self.max_events < 0
+        ):
+            raise ConfigurationError(f"max_events={self.max_events!r}: use an int >= 0 (0: no budget), or None for the default")
+        if self.max_seconds is not None and (not isinstance(self.max_seconds, (int, float)) or self.max_seconds <= 0):
+            raise ConfigurationError(f"max_seconds={self.max_seconds!r}: use a positive number of seconds")
+        if self.max_steps is not None and (
+            not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or self.max_steps < 1
+        ):
+            raise ConfigurationError(f"max_steps={self.max_steps!r}: use a positive int")
+
+
+#: why recording stopped or a window ended
+STOP_WORDS = {
+    "budget": "the event budget",
+    "duration": "the duration limit",
+    "steps": "the step limit",
+    "window": "the window's end",
+    "end": "the end of the profile",
+}
+
+
+class Recording:
+    """The limits' state of one open capture: what it has recorded, and what is due next.
+
+    Written on the capture's thread (start, steps, end), the watchdog and the analysis worker
+    (a window analysed), under one lock.
+    """
+
+    def __init__(self, capture: Any, limits: Limits, windows: Windows | None) -> None:
+        self.capture = capture
+        self.limits = limits
+        self.windows = windows
+        if limits.max_events is None:
+            # a window is analysed while the next waits: a smaller default keeps the pauses short
+            self.max_events: int | None = min(default_max_events(), WINDOW_DEFAULT_EVENTS) if windows else default_max_events()
+        else:
+            self.max_events = limits.max_events or None
+        self.budget_source = describe_default() if limits.max_events is None else "max_events"
+        self.thread = threading.get_ident()
+        self.lock = threading.Lock()
+        now = time.monotonic_ns()
+        self.started = now
+        self.session_started = now  #: the current session (or window)'s start, while recording
+        self.recording = True
+        self.recorded_ns = 0  #: closed sessions' time
+        self.stopped: str | None = None  #: recording ended for good, and why
+        self.pending: str | None = None  #: an action for the capture's thread (its next ns.step())
+        self.window_due = False  #: a time window ended while steps run: cut at the next step
+        self.in_flight = 0  #: windows being analysed or written
+        self.window_index = 1
+        self.window_steps = 0
+        self.steps_seen = False  #: ns.step() was called (optimizer steps then are not steps)
+        self.step_us: array[float] = array("d")  #: every step's wall time, recorded or not
+        self._last_step: int | None = None
+        self.last_reason: str | None = None
+
+    # -- estimates -------------------------------------------------------------------------
+    def session_events(self, now: int) -> int:
+        """Events recorded by the running session so far (an estimate; see the module doc)."""
+        from . import session
+
+        owner, _, rss_at_start = session.recording_since()
+        elapsed_s = max(now - self.session_started, 0) / 1e9
+        learned = _worker.backlog.learned_rate(self.capture.name)
+        if learned is not None:
+            # measured on this profile's last window or run: the same code records alike. (RSS
+            # says nothing once a window's freed memory is reused by the next.)
+            return int(learned * elapsed_s)
+        by_rate = FIRST_EVENT_RATE * elapsed_s
+        rss = session._rss()
+        if owner is None or rss is None or not rss_at_start:
+            return int(by_rate)
+        return int(min(by_rate, max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
+
+    def recorded_total_ns(self, now: int) -> int:
+        with self.lock:
+            return self.recorded_ns + (now - self.session_started if self.recording else 0)
+
+    # -- what is due -------------------------------------------------------------------------
+    def due(self, now: int) -> str | None:
+        """The action due now: "budget" | "duration" | "window" (stop the session), "resume"
+        (start the next window), or None."""
+        if self.stopped is not None:
+            return None
+        lim = self.limits
+        if self.recording:
+            if lim.max_seconds is not None and now - self.started >= lim.max_seconds * 1e9:
+                return "duration"
+            if self.max_events is not None and self.session_events(now) >= self.max_events:
+                return "budget"
+            w = self.windows
+            if w is not None and w.seconds is not None and now - self.session_started >= w.seconds * 1e9:
+                if self.steps_seen:
+                    self.window_due = True  # steps run: the window ends at the next one
+                    return None
+                return "window"
+            return None
+        if self.windows is not None and self.ready_for_next() and (self.windows.steps is None or not self.steps_seen):
+            if lim.max_seconds is not None and now - self.started >= lim.max_seconds * 1e9:
+                self.stopped = "duration"
+                return None
+            return "resume"
+        return None
+
+    def ready_for_next(self) -> bool:
+        return self.in_flight == 0 and not _worker.backlog.over_budget()
+
+    # -- transitions (the caller holds no lock; the capture does the session work) ----------
+    def session_ended(self, now: int, reason: str) -> None:
+        with self.lock:
+            if self.recording:
+                self.recorded_ns += now - self.session_started
+            self.recording = False
+            self.window_due = False
+            self.last_reason = reason
+            if self.windows is None or reason in ("duration", "steps"):
+                self.stopped = reason
+
+    def session_started_now(self, now: int) -> None:
+        with self.lock:
+            self.recording = True
+            self.session_started = now
+            self.window_steps = 0
+            self.window_index += 1
+
+    def step(self, now: int) -> str | None:
+        """One step ended (on the stepping thread): the action due at this step, if any."""
+        with self.lock:
+            if self._last_step is not None:
+                self.step_us.append((now - self._last_step) / 1e3)
+            else:
+                self.step_us.append((now - self.started) / 1e3)
+            self._last_step = now
+            if self.recording:
+                self.window_steps += 1
+        lim, w = self.limits, self.windows
+        if self.stopped is not None:
+            return None
+        if self.recording:
+            if lim.max_steps is not None and len(self.step_us) >= lim.max_steps:
+                return "steps"
+            if w is not None and ((w.steps is not None and self.window_steps >= w.steps) or self.window_due):
+                return "window"
+            return None
+        if w is not None and self.ready_for_next():
+            return "resume"
+        return None
+
+
+# -- the watchdog -----------------------------------------------------------------------------
+_watched: list[Any] = []  # open captures with a Recording
+_watch_lock = threading.Lock()
+_thread: threading.Thread | None = None
+_hook: Any = None
+
+
+def watch(capture: Any) -> None:
+    """Watch ``capture`` (it has ``.recording``) until it ends; starts the watchdog once."""
+    global _thread
+    from . import signals
+
+    with _watch_lock:
+        _watched.append(capture)
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_loop, name="neuronscope-budget", daemon=True)
+            _thread.start()
+    if _on_wake not in signals._on_wake:
+        signals._on_wake.append(_on_wake)
+    _hook_optimizer_steps()
+
+
+def unwatch(capture: Any) -> None:
+    with _watch_lock:
+        if capture in _watched:
+            _watched.remove(capture)
+
+
+def _loop() -> None:
+    try:
+        import torch
+
+        torch._C._autograd._enable_record_function(False)  # nothing of ours in the user's profile
+    except Exception:  # noqa: BLE001
+        pass
+    while True:
+        time.sleep(POLL_S)
+        with _watch_lock:
+            captures = list(_watched)
+        now = time.monotonic_ns()
+        for capture in captures:
+            try:
+                action = capture.recording.due(now)
+                if action is not None:
+                    _dispatch(capture, action)
+            except Exception as exc:  # noqa: BLE001 - the watchdog must outlive any capture's bug
+                _stats.contain("the recording budget", exc, name=getattr(capture, "name", None))
+
+
+def _dispatch(capture: Any, action: str) -> None:
+    """Run ``action`` on a thread allowed to: here (all threads recorded), the main thread (woken
+    by a signal), or the capture's own thread at its next step."""
+    from . import session, signals
+
+    rec = capture.recording
+    if capture.all_threads or session.recording_all_threads():
+        capture.limit_action(action)
+        return
+    rec.pending = action
+    if rec.thread == threading.main_thread().ident:
+        signals.wake_main_thread()
+
+
+def _on_wake() -> None:
+    """In the main thread (the wake signal): the actions due for captures of this thread."""
+    _run_pending(threading.get_ident())
+
+
+def _run_pending(thread: int) -> None:
+    with _watch_lock:
+        captures = [c for c in _watched if c.recording.thread == thread and c.recording.pending]
+    for capture in captures:
+        action, capture.recording.pending = capture.recording.pending, None
+        capture.limit_action(action)
+
+
+def on_step(source: str = "ns.step") -> None:
+    """A step ended on this thread (``ns.step()``, or an optimizer step): windows and limits act."""
+    if not _watched:
+        return
+    now = time.monotonic_ns()
+    me = threading.get_ident()
+    with _watch_lock:
+        captures = list(_watched)
+    for capture in captures:
+        rec = capture.recording
+        if source == "ns.step":
+            rec.steps_seen = True
+        elif rec.steps_seen:
+            continue  # the code marks its steps itself: an optimizer step is part of one
+        if rec.thread != me and not capture.all_threads:
+            continue
+        try:
+            action = rec.step(now)
+            if rec.pending and rec.thread == me:
+                action, rec.pending = rec.pending, None
+            if action is not None:
+                capture.limit_action(action)
+        except Exception as exc:  # noqa: BLE001
+            _stats.contain("the recording budget", exc, name=getattr(capture, "name", None))
+
+
+def _optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if not _watched:
+        return
+    from . import session
+
+    if any(not c.recording.steps_seen for c in _watched):
+        session._mark(_step_marker())  # the diagnosis finds the steps in the trace
+    on_step("optimizer")
+
+
+def _step_marker() -> str:
+    from ..trace.kinds import MARKER_STEP
+
+    return MARKER_STEP
+
+
+def _hook_optimizer_steps() -> None:
+    """Every optimizer's step is a step of a limited profile (torch lets a profiler hook them all)."""
+    global _hook
+    if _hook is not None:
+        return
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _hook = register_optimizer_step_post_hook(_optimizer_step)
+    except Exception:  # noqa: BLE001 - an older torch: steps come from ns.step() only
+        _hook = False

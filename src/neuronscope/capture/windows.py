@@ -1,0 +1,278 @@
+"""A long run profiled in windows, folded into one run (see capture/budget.py for when a
+window ends).
+
+Each window, on the analysis worker: its trace model, summary and diagnosis (the same
+analysis a one-window run gets), folded into the run's running totals; then its events are
+freed — unless its raw trace is kept (the first window's, and the ``keep`` slowest so far),
+which the output worker writes to ``<run dir>/windows/NNNN/`` before freeing them, deleting
+the trace it displaces. After every window the run directory holds ``windows.json`` (one row
+per window: when, how many events, why it ended, its verdict) and ``summary.json`` (the fold
+so far), each by write-then-rename: a process killed mid-run (OOM) leaves every window done.
+
+When the capture ends, the last window is analysed and the fold becomes the run's summary and
+diagnosis; the output stage writes it like any run. Memory: one window recording, one being
+analysed or written; disk: 1 + ``keep`` traces.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .. import _stats, _worker
+from .._run import Run
+from ..result import Analysis, Coverage
+from .budget import Recording, Windows
+
+__all__ = ["WindowedRun"]
+
+WINDOWS_DIR = "windows"
+WINDOWS_INDEX = "windows.json"
+#: a window displaces a kept trace only when it is this much slower
+DISPLACE_FACTOR = 1.10
+
+
+class WindowedRun:
+    """The fold of one windowed capture's windows, and their files."""
+
+    def __init__(self, name: str, device: str, spec: Windows, recording: Recording, run_dir: Path | None, make_dir: Any) -> None:
+        self.name = name
+        self.device = device
+        self.spec = spec
+        self.recording = recording
+        self._lock = threading.Lock()
+        self._summaries: list[Any] = []
+        self._diagnoses: list[Any] = []
+        self._indexes: list[int] = []
+        self._memories: list[Any] = []
+        self._rows: list[dict[str, Any]] = []
+        self._warnings: list[str] = []
+        self._device: Any = None
+        self.events = 0
+        self._kept_scores: dict[int, float] = {}  # window -> score, of the kept ones besides the first
+        self.kept: list[int] = []
+        self.run_dir = run_dir
+        self._make_dir = make_dir
+
+    # -- the capture's side --------------------------------------------------------------------
+    def submit(
+        self, index: int, segments: list[Any], reason: str, options: Any, start_ns: int, end_ns: int, steps: int = 0
+    ) -> None:
+        """Queue window ``index`` (its segments; ``steps``: the steps it recorded) for analysis (never blocks)."""
+        with self.recording.lock:
+            self.recording.in_flight += 1
+        _worker.get_worker().submit(lambda: self._analyse(index, segments, reason, options, start_ns, end_ns, steps))
+
+    # -- analysis worker -------------------------------------------------------------------------
+    def _analyse(
+        self, index: int, segments: list[Any], reason: str, options: Any, start_ns: int, end_ns: int, steps: int
+    ) -> None:
+        from .processing import _analysis, release_segments
+
+        written = False
+        try:
+            if not segments:
+                return
+            window = Run(self.name, self.device)
+            window.start_ns, window.end_ns = start_ns, end_ns
+            analysis = _analysis(window, segments, replace(options, window=index))
+            self._fold(index, analysis, reason, start_ns, end_ns, steps)
+            if self._keeps(index, analysis):
+                _worker.output_worker().submit(lambda: self._write(index, segments, analysis))
+                written = True
+            else:
+                _worker.output_worker().submit(self._write_index)
+        except Exception as exc:  # noqa: BLE001 - one window lost, not the run
+            _stats.contain(f"analysing window {index}", exc, name=self.name)
+        finally:
+            if not written:
+                release_segments(segments)
+                _give_back_memory()
+                self._window_done()
+
+    def _window_done(self) -> None:
+        with self.recording.lock:
+            self.recording.in_flight -= 1
+
+    def _fold(self, index: int, analysis: Analysis, reason: str, start_ns: int, end_ns: int, steps: int) -> None:
+        events = len(analysis.trace) if analysis.trace is not None else 0
+        d = analysis.diagnosis
+        row: dict[str, Any] = {
+            "window": index,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "events": events,
+            "ended_by": reason,
+            "bound_by": d.bound_by if d is not None else None,
+            "device_busy_pct": round(d.device_busy_pct, 2) if d is not None else None,
+            "steps": steps,  # counted as they ran (ns.step() / optimizer steps)
+            "score": round(_score(analysis), 3),
+            "top_op": analysis.summary.rows[0].name if analysis.summary is not None and analysis.summary.rows else None,
+        }
+        with self._lock:
+            self.events += events
+            self._rows.append(row)
+            if analysis.summary is not None and d is not None:
+                self._summaries.append(analysis.summary)
+                self._diagnoses.append(d)
+                self._indexes.append(index)
+            if analysis.memory is not None:
+                self._memories.append(analysis.memory)
+            self._warnings += [w for w in analysis.warnings if w not in self._warnings]
+            self._device = analysis.device if self._device is None else self._device
+
+    def _keeps(self, index: int, analysis: Analysis) -> bool:
+        """Whether window ``index``'s raw trace is kept: the first, or among the ``keep`` slowest so far."""
+        if index == 1:
+            return True
+        score = _score(analysis)
+        with self._lock:
+            if len(self._kept_scores) < self.spec.keep:
+                self._kept_scores[index] = score
+                return True
+            if not self._kept_scores:
+                return False
+            low = min(self._kept_scores, key=lambda k: self._kept_scores[k])
+            if score <= self._kept_scores[low] * DISPLACE_FACTOR:  # noise would rewrite traces for nothing
+                return False
+            del self._kept_scores[low]
+            self._kept_scores[index] = score
+            return True
+
+    # -- output worker -------------------------------------------------------------------------
+    def _dir(self) -> Path | None:
+        if self.run_dir is None and self._make_dir is not None:
+            self.run_dir, self._make_dir = self._make_dir(), None
+        return self.run_dir
+
+    def _write(self, index: int, segments: list[Any], analysis: Analysis) -> None:
+        from ..sinks.rundir import write_json, write_trace, write_trace_model
+        from .processing import release_segments
+
+        try:
+            root = self._dir()
+            if root is None:
+                return
+            where = root / WINDOWS_DIR / f"{index:04d}"
+            where.mkdir(mode=0o700, parents=True, exist_ok=True)
+            summary = analysis.summary.to_dict() if analysis.summary is not None else {}
+            if analysis.diagnosis is not None:
+                summary["diagnosis"] = analysis.diagnosis.to_dict()
+            write_json(where / "summary.json", summary)
+            meta = {"neuronscope_device": self.device, "neuronscope_window": index}
+            if len(segments) == 1 and segments[0].results is not None:
+                write_trace(segments[0].results, where / "trace.json.gz", meta, saved=segments[0].saved_json)
+            elif analysis.trace is not None:
+                write_trace_model(analysis.trace, where / "trace.json.gz", meta)
+            with self._lock:
+                self.kept.append(index)
+                evicted = [k for k in self.kept if k != 1 and k not in self._kept_scores]
+                self.kept = [k for k in self.kept if k not in evicted]
+            for k in evicted:  # displaced by a slower window
+                shutil.rmtree(root / WINDOWS_DIR / f"{k:04d}", ignore_errors=True)
+            self._write_index()
+        except Exception as exc:  # noqa: BLE001 - the window's summary is still folded
+            _stats.contain(f"writing window {index}", exc, name=self.name)
+        finally:
+            release_segments(segments)
+            _give_back_memory()
+            self._window_done()
+
+    def _write_index(self) -> None:
+        """windows.json and the fold so far, so a run killed mid-way still reads (output worker)."""
+        from ..sinks.rundir import write_json
+
+        root = self._dir()
+        if root is None:
+            return
+        try:
+            with self._lock:
+                rows = [dict(r, kept=r["window"] in self.kept) for r in self._rows]
+            write_json(root / WINDOWS_INDEX, {"spec": self.spec.describe(), "windows": rows})
+            folded = self.folded(None, end_ns=time.time_ns(), start_ns=rows[0]["start_ns"] if rows else 0)
+            if folded is not None:
+                data = folded.summary.to_dict() if folded.summary is not None else {}
+                if folded.diagnosis is not None:
+                    data["diagnosis"] = folded.diagnosis.to_dict()
+                write_json(root / "summary.json", data)
+        except Exception as exc:  # noqa: BLE001
+            _stats.contain("writing the windows index", exc, name=self.name, exc_info=False)
+
+    # -- the run -----------------------------------------------------------------------------------
+    def folded(self, stopped: str | None, *, start_ns: int, end_ns: int) -> Analysis | None:
+        """The run's analysis: every window analysed so far folded into one, with its coverage."""
+        from ..analysis.fold import fold_diagnoses, fold_summaries
+
+        with self._lock:
+            summaries, diagnoses, indexes = list(self._summaries), list(self._diagnoses), list(self._indexes)
+            memories, warnings, device = list(self._memories), list(self._warnings), self._device
+            # decided as each window was analysed (the writes may still be queued)
+            events, kept, windows = self.events, sorted({1, *self._kept_scores}), len(self._rows)
+        if not summaries:
+            return None
+        rec = self.recording
+        steps = list(rec.step_us)
+        summary = fold_summaries(summaries)
+        diagnosis = fold_diagnoses(diagnoses, all_steps_us=steps or None, window_indexes=indexes)
+        coverage = Coverage(
+            wall_ns=max(end_ns - start_ns, 0),
+            recorded_ns=rec.recorded_total_ns(time.monotonic_ns()) if stopped is None else rec.recorded_ns,
+            events=events,
+            windows=windows,
+            stopped=stopped,
+            max_events=rec.max_events,
+            budget_source=rec.budget_source,
+            steps=len(steps),
+            window_spec=self.spec.describe(),
+            kept=tuple(kept),
+        )
+        summary = replace(summary, notes=(*summary.notes, "profiled in windows: " + coverage.line()))
+        memory = max(memories, key=lambda m: m.peak_bytes) if memories else None
+        from ..result import DeviceFacts
+
+        return Analysis(
+            trace=None,
+            summary=summary,
+            diagnosis=diagnosis,
+            memory=memory,
+            device=device if device is not None else DeviceFacts(),
+            warnings=tuple(warnings),
+            coverage=coverage,
+        )
+
+
+def _score(analysis: Analysis) -> float:
+    """How slow a window was: its mean step time (µs), else its busy time."""
+    d = analysis.diagnosis
+    if d is None:
+        return 0.0
+    if d.steps is not None and d.steps.per_step:
+        return sum(s.duration_us for s in d.steps.per_step) / len(d.steps.per_step)
+    return d.device_busy_us
+
+
+_libc: Any = None
+
+
+def _give_back_memory() -> None:
+    """Return a freed window's pages to the OS (glibc keeps them otherwise, and the next
+    window's differently sized blocks would grow the process): bounded RSS, not only bounded use."""
+    global _libc
+    if _libc is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _libc = lib if hasattr(lib, "malloc_trim") else False
+        except OSError:
+            _libc = False
+    if _libc:
+        import gc
+
+        gc.collect()
+        _libc.malloc_trim(0)
