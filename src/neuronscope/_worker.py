@@ -27,7 +27,17 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 
-__all__ = ["KINETO_BYTES_PER_EVENT", "Backlog", "Worker", "backlog", "flush_all", "get_worker", "output_worker"]
+__all__ = [
+    "KINETO_BYTES_PER_EVENT",
+    "Backlog",
+    "Worker",
+    "backlog",
+    "flush_all",
+    "get_worker",
+    "output_worker",
+    "gc_ns_here",
+    "track_gc",
+]
 
 log = logging.getLogger("neuronscope")
 _Task = Callable[[], None]
@@ -41,8 +51,9 @@ MODEL_BYTES_PER_EVENT = 120
 DEFAULT_MAX_PENDING_BYTES = 256 * 1024**2
 
 
-#: tasks queued or running on either worker: a SlowCalls trigger does not time calls while
-#: this is non-zero (our own processing competes for the GIL and would look like a slowdown)
+#: tasks queued or running on either worker: a SlowCalls trigger times a call that overlaps
+#: them by its own thread's CPU time (our own processing competes for the GIL and would look
+#: like a slowdown; capture/triggers.py)
 busy: list[int] = [0]
 
 
@@ -232,6 +243,35 @@ def get_worker() -> Worker:
 def output_worker() -> Worker:
     """The output worker (run directory, OpenTelemetry)."""
     return _output
+
+
+_gc_here = threading.local()  # garbage-collection time run on each thread, ns
+_gc_started = threading.local()
+_gc_tracked = False
+
+
+def _on_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        _gc_started.ns = time.perf_counter_ns()
+    else:
+        _gc_here.ns = getattr(_gc_here, "ns", 0) + time.perf_counter_ns() - getattr(_gc_started, "ns", time.perf_counter_ns())
+
+
+def track_gc() -> None:
+    """Count the time garbage collection runs on each thread (once, for the SlowCalls trigger):
+    a collection runs in whichever thread allocates when the count is reached, so the objects
+    our workers make are often collected in the caller's thread, on its CPU time."""
+    global _gc_tracked
+    if not _gc_tracked:
+        import gc
+
+        _gc_tracked = True
+        gc.callbacks.append(_on_gc)
+
+
+def gc_ns_here() -> int:
+    """Garbage-collection time run on this thread so far (see track_gc)."""
+    return getattr(_gc_here, "ns", 0)
 
 
 def flush_all(timeout: float | None = None) -> bool:

@@ -128,7 +128,12 @@ def _percentile(sorted_us: Sequence[float], q: float) -> float:
     return sorted_us[lo] + (sorted_us[hi] - sorted_us[lo]) * (pos - lo)
 
 
-def _fold_steps(parts: Sequence[Diagnosis], all_steps_us: Sequence[float] | None, max_saved: int = 1000) -> Steps | None:
+def _fold_steps(
+    parts: Sequence[Diagnosis],
+    all_steps_us: Sequence[float] | None,
+    overlapped: Sequence[bool] | None = None,
+    max_saved: int = 1000,
+) -> Steps | None:
     windows = [d.steps for d in parts if d.steps is not None and d.steps.count]
     if not windows and not all_steps_us:
         return None
@@ -141,7 +146,10 @@ def _fold_steps(parts: Sequence[Diagnosis], all_steps_us: Sequence[float] | None
         keep = sorted(sorted(per_step, key=lambda p: -p.duration_us)[:max_saved], key=lambda p: p.start_ns)
         per_step = keep
     if all_steps_us:
-        durations = sorted(float(x) for x in all_steps_us)
+        # the percentiles leave out the steps neuronscope's own analysis ran beside, when others
+        # remain; the slowest is over all of them (a slow step of yours is never hidden)
+        clean = [float(x) for x, o in zip(all_steps_us, overlapped or ()) if not o]
+        durations = sorted(clean or (float(x) for x in all_steps_us))
         count = len(all_steps_us)
         slowest = max(range(count), key=lambda i: all_steps_us[i])
         source, name = (windows[0].source, windows[0].name) if windows else ("ns.step", "ns.step")
@@ -158,7 +166,7 @@ def _fold_steps(parts: Sequence[Diagnosis], all_steps_us: Sequence[float] | None
         p50_us=_percentile(durations, 50),
         p90_us=_percentile(durations, 90),
         p99_us=_percentile(durations, 99),
-        max_us=durations[-1] if durations else 0.0,
+        max_us=float(all_steps_us[slowest]) if all_steps_us else (durations[-1] if durations else 0.0),
         slowest_index=slowest,
         per_step=tuple(per_step),
     )
@@ -221,12 +229,18 @@ def _fold_communication(parts: Sequence[Diagnosis], recorded_us: float) -> Commu
 
 
 def fold_diagnoses(
-    parts: Sequence[Diagnosis], *, all_steps_us: Sequence[float] | None = None, window_indexes: Sequence[int] | None = None
+    parts: Sequence[Diagnosis],
+    *,
+    all_steps_us: Sequence[float] | None = None,
+    overlapped: Sequence[bool] | None = None,
+    window_indexes: Sequence[int] | None = None,
 ) -> Diagnosis:
     """One diagnosis of all ``parts`` (the windows of one run, in time order).
 
-    ``all_steps_us``: the wall time of every step the run timed, recorded or not (the
-    percentiles are taken over them); ``window_indexes``: each part's window number.
+    ``all_steps_us``: the wall time of every step the run timed, recorded or not (the count);
+    ``overlapped``: per step, whether neuronscope's own analysis ran beside it (left out of the
+    percentiles when others remain; the slowest step is over all, with a note when it was
+    overlapped); ``window_indexes``: each part's window number.
     """
     from .diagnosis import _CAUSE_RULES, _verdict
 
@@ -241,7 +255,7 @@ def fold_diagnoses(
     for d in recorded:
         for c, v in d.idle_us_by_class.items():
             idle_by[c] = idle_by.get(c, 0.0) + v
-    steps = _fold_steps(parts, all_steps_us)
+    steps = _fold_steps(parts, all_steps_us, overlapped)
     anything = any(d.bound_by != "none" for d in parts)
     comm_us = sum(d.window_us for d in recorded if d.bound_by == "communication")
     if not anything:
@@ -288,8 +302,21 @@ def fold_diagnoses(
         bound_by=bound_by,
         evidence=evidence,
         findings=tuple(findings),
-        notes=_unique([n for d in parts for n in d.notes]),
+        notes=_unique([n for d in parts for n in d.notes] + _overlap_note(steps, all_steps_us, overlapped)),
         timeline_data=None,  # the windows' own timelines are in their run directories
         memory_line=memory_lines[-1] if memory_lines else None,
         communication=_fold_communication(recorded, window_us),
     )
+
+
+def _overlap_note(steps: Steps | None, all_steps_us: Sequence[float] | None, overlapped: Sequence[bool] | None) -> list[str]:
+    if steps is None or not all_steps_us or not overlapped or not any(overlapped):
+        return []
+    n = sum(1 for o in overlapped if o)
+    note = (
+        f"{n} of {len(all_steps_us)} steps ran while neuronscope analysed a window (the GIL and the cores are "
+        "shared): the step-time percentiles leave them out"
+    )
+    if steps.slowest_index < len(overlapped) and overlapped[steps.slowest_index]:
+        note += f"; the slowest step (#{steps.slowest_index}) is one of them: part of its time may be neuronscope's"
+    return [note]

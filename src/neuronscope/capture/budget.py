@@ -181,6 +181,9 @@ class Recording:
         self.steps_seen = False  #: ns.step() was called (optimizer steps then are not steps)
         self.step_us: array[float] = array("d")  #: every step's wall time, recorded or not
         self._last_step: int | None = None
+        #: per step: True when neuronscope's workers did not run during it
+        self.step_clean: array[int] = array("b")
+        self._busy_since_step = False  #: the workers ran since the last step (set by the watchdog)
         self.last_reason: str | None = None
 
     # -- estimates -------------------------------------------------------------------------
@@ -190,16 +193,17 @@ class Recording:
 
         owner, _, rss_at_start = session.recording_since()
         elapsed_s = max(now - self.session_started, 0) / 1e9
+        rss = session._rss()
+        by_rss = None
+        if owner is not None and rss is not None and rss_at_start:
+            by_rss = max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT
         learned = _worker.backlog.learned_rate(self.capture.name)
         if learned is not None:
-            # measured on this profile's last window or run: the same code records alike. (RSS
-            # says nothing once a window's freed memory is reused by the next.)
-            return int(learned * elapsed_s)
-        by_rate = FIRST_EVENT_RATE * elapsed_s
-        rss = session._rss()
-        if owner is None or rss is None or not rss_at_start:
-            return int(by_rate)
-        return int(min(by_rate, max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
+            # measured on this profile's last window or run: the same code records alike -- unless
+            # it now runs faster (less contention): then the session's RSS growth says so
+            return int(max(learned * elapsed_s, by_rss or 0.0))
+        by_rate = FIRST_EVENT_RATE * elapsed_s  # a first window: whichever says fewer
+        return int(by_rate if by_rss is None else min(by_rate, by_rss))
 
     def recorded_total_ns(self, now: int) -> int:
         with self.lock:
@@ -253,12 +257,18 @@ class Recording:
             self.window_index += 1
 
     def step(self, now: int) -> str | None:
-        """One step ended (on the stepping thread): the action due at this step, if any."""
+        """One step ended (on the stepping thread): the action due at this step, if any.
+
+        A step's time is its wall time less what it lost to neuronscope's workers analysing the
+        previous window (bounded by their CPU time and by the time this thread did not run), as
+        the SlowCalls trigger measures calls: a step is never counted slower for our own work."""
         with self.lock:
-            if self._last_step is not None:
-                self.step_us.append((now - self._last_step) / 1e3)
-            else:
-                self.step_us.append((now - self.started) / 1e3)
+            last = self._last_step if self._last_step is not None else self.started
+            self.step_us.append((now - last) / 1e3)
+            # a step during which neuronscope's workers analysed a window is slowed by them (GIL,
+            # cores): counted, but left out of the step-time percentiles
+            self.step_clean.append(not (_worker.busy[0] or self._busy_since_step))
+            self._busy_since_step = False
             self._last_step = now
             if self.recording:
                 self.window_steps += 1
@@ -316,7 +326,10 @@ def _loop() -> None:
         with _watch_lock:
             captures = list(_watched)
         now = time.monotonic_ns()
+        busy = bool(_worker.busy[0])
         for capture in captures:
+            if busy:
+                capture.recording._busy_since_step = True
             try:
                 action = capture.recording.due(now)
                 if action is not None:

@@ -870,6 +870,11 @@ class _ProfileNeuronFactory:
     ``[0]``; run directories go to ``<output_dir>/<job id>/rank<N>/``),
     and sampling (decided on each rank by itself): ``sample`` (probability), ``every`` (every Nth call), ``max_per_minute``,
     ``warmup`` (skip the first N calls), ``seed`` or ``sampler`` (a callable deciding a call).
+    Long runs (docs/long-runs.md): ``max_events`` (the event budget past which recording
+    stops; default sized from the memory available, 0: none), ``max_seconds``, ``max_steps``
+    (stop recording after that long / that many steps), ``windows`` (:class:`Windows`, or a
+    step count: profile in windows folded into one run, in bounded memory); ``run.coverage``
+    says what was recorded.
     Invalid values raise :class:`ConfigurationError` here, not on the first call.
     """
 

@@ -13,8 +13,21 @@ from the histogram every 1024 calls (64 until ``min_calls`` were seen), off the 
 comparison with the cached threshold and one flag. Once ``max_per_hour`` is used up the
 threshold is lifted until a firing is an hour old, so slow calls then cost nothing either.
 
-Calls that end while neuronscope's background workers are processing a profile are not
-timed: that work competes for the GIL, and the trigger must not fire on its own footprint.
+Calls that overlap neuronscope's background workers (processing a profile) are timed without
+the workers' footprint: that work competes for the GIL, the cores and the caches, and the
+trigger must not fire on it — nor go blind while it runs, which in a tight loop is most of the
+time. Such a call is timed by what its own thread ran: its thread's CPU time, less the garbage
+collections that ran on it (a collection runs in whichever thread allocates when the count is
+reached, so the objects the workers make are often collected on the caller's thread: gen-2
+collections of ~100 ms were measured there, in a loop of 12 µs calls). The GIL waits and the
+workers' disk writes that hold the GIL are not in there. What remains — the cores and caches
+the workers share, intra-op threads that spin — still makes such calls slower, so they have
+their own histogram and threshold (the same quantile, once ``min_calls`` of them were timed;
+until then twice the ordinary threshold, ``OVERLAP_MARGIN``): calls that overlapped our work
+are compared with calls that overlapped our work. A call blocked on the device (a sync) is
+timed by its CPU time alone while the workers run: its device wait can then not fire it. A call during
+which the workers started is skipped (one per profile), and so are async calls that overlap
+the workers (a coroutine's thread runs the other tasks too).
 """
 
 from __future__ import annotations
@@ -56,6 +69,9 @@ BASELINE_REFRESH_S = 900.0  # a baseline older than this is replaced by a freshe
 MAX_BASELINE_ATTEMPTS_PER_HOUR = 12
 #: armed captures of a trigger not filled within this time are dropped (the key never came back)
 CAPTURE_WINDOW_S = 600.0
+#: until the calls that overlapped neuronscope's workers have their own threshold (min_calls of
+#: them), they fire past this multiple of the ordinary one (module doc)
+OVERLAP_MARGIN = 2.0
 
 
 class SlowCalls:
@@ -134,6 +150,10 @@ class _TriggerState:
         self.policy_calls = policy_calls  # the policy's call counter: "call N" in reasons
         #: the threshold (ns) a call must exceed to fire; infinite until min_calls were timed
         self.threshold = [math.inf]
+        #: calls that overlapped the workers: their own histogram and threshold (module doc)
+        self.busy_counts = [0] * _BUCKETS
+        self.busy_threshold = [math.inf]
+        self.busy_total = 0
         self.median_ns = 0
         #: True while a call must look at the trigger (captures armed, a baseline wanted)
         self.want = [False]
@@ -153,7 +173,13 @@ class _TriggerState:
 
     # -- the sketch ---------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Re-read median and threshold from the histogram (every 64 timed calls)."""
+        """Re-read median and thresholds from the histograms (every 64 timed calls)."""
+        try:
+            self._refresh()
+        finally:
+            self._refresh_overlapped()  # after the ordinary threshold: it may derive from it
+
+    def _refresh(self) -> None:
         counts = self.counts
         cum = list(accumulate(counts))
         total = cum[-1]
@@ -178,8 +204,24 @@ class _TriggerState:
                 self.baseline_wanted = True
                 self.want[0] = True
 
+    def _refresh_overlapped(self) -> None:
+        """The threshold of calls that overlapped the workers, from their own histogram (their
+        CPU time: module doc); until it has ``min_calls``, the ordinary one times OVERLAP_MARGIN."""
+        cum = list(accumulate(self.busy_counts))
+        total = self.busy_total = cum[-1]
+        if total >= self.decay_at:
+            self.busy_counts[:] = [c >> 1 for c in self.busy_counts]
+        if time.monotonic() < self.muted_until:
+            self.busy_threshold[0] = math.inf
+        elif self.spec.slo_ms is not None:
+            self.busy_threshold[0] = self.spec.slo_ms * 1e6
+        elif total >= self.spec.min_calls:
+            self.busy_threshold[0] = _bucket_upper_ns(min(bisect.bisect_left(cum, total * self.spec.quantile), _BUCKETS - 1))
+        else:
+            self.busy_threshold[0] = self.threshold[0] * OVERLAP_MARGIN
+
     # -- a slow call fires ----------------------------------------------------------------------
-    def slow(self, dt_ns: int, args: Any, kwargs: Any) -> None:
+    def slow(self, dt_ns: int, args: Any, kwargs: Any, threshold_ns: float | None = None) -> None:
         """A timed call took ``dt_ns`` > threshold: arm the next calls like it (rate-limited)."""
         try:
             spec = self.spec
@@ -193,7 +235,7 @@ class _TriggerState:
                     suppressed = True
                     # mute until the oldest firing is an hour old: slow calls cost nothing meanwhile
                     self.muted_until = self.fired[0] + 3600.0
-                    self.threshold[0] = math.inf
+                    self.threshold[0] = self.busy_threshold[0] = math.inf
                 else:
                     suppressed = False
                     self.fired.append(now)
@@ -206,7 +248,7 @@ class _TriggerState:
             from .sampling import _count_value
 
             n = _count_value(self.policy_calls)
-            call_ms, thr_ms = dt_ns / 1e6, self.threshold[0] / 1e6
+            call_ms, thr_ms = dt_ns / 1e6, (self.threshold[0] if threshold_ns is None else threshold_ns) / 1e6
             what = f" (key {key_for_manifest(key)!r})" if spec.key is not None else ""
             trigger = Trigger(
                 kind="slow",
@@ -374,9 +416,10 @@ class _TimedCalls:
         self.state = _TriggerState(self.trig, policy._calls)
         self.start, self.new_capture, self.chosen = start, new_capture, spec.ranks
         self.sampled = policy._yes  # a call the trigger chose is a sampled call: stats() partitions calls
-        from .._worker import busy
+        from .._worker import busy, track_gc
 
         self.busy = busy  # looked up once: observe() runs on every timed call
+        track_gc()
         mask = _REFRESH_MASK
         while mask > 7 and mask + 1 > self.trig.min_calls // 2:
             mask >>= 1
@@ -437,8 +480,6 @@ class _TimedCalls:
 
     def observe(self, dt: int, args: Any, kwargs: Any) -> None:
         """One unprofiled call's wall time into the histogram (and the slow-call check)."""
-        if self.busy[0]:
-            return  # our own background work ran meanwhile: not the service's latency
         if dt > self.state.threshold[0]:
             self.state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
@@ -447,15 +488,36 @@ class _TimedCalls:
             self.refresh()
 
 
+def _clocks() -> tuple[int, int]:
+    """(this thread's CPU time, the garbage-collection time run on it), ns."""
+    from .._worker import gc_ns_here
+
+    return time.thread_time_ns(), gc_ns_here()
+
+
+def _lost_to_workers(dt: int, before: tuple[int, int]) -> int:
+    """What a call of wall time ``dt`` since ``before`` did not spend running its own code on
+    its thread (module doc): the call then counts as its own CPU time, collections excluded."""
+    cpu, gc_here = _clocks()
+    own = (cpu - before[0]) - (gc_here - before[1])
+    return max(dt - own, 0)
+
+
 def _async_wrapper(calls: _TimedCalls, func: Any, decide: Callable[[], bool]) -> Any:
     from .arming import take_stash
 
     now, state = time.perf_counter_ns, calls.state
 
+    busy = calls.busy
+
     async def timed_call(wrapped: Any, args: Any, kwargs: Any) -> Any:
         t0 = now()
         result = await wrapped(*args, **kwargs)
-        calls.observe(now() - t0, args, kwargs)
+        dt = now() - t0
+        # A coroutine shares its thread with the other tasks, so its thread's CPU time says
+        # nothing of its own: calls that overlapped neuronscope's workers are not timed.
+        if not busy[0]:
+            calls.observe(dt, args, kwargs)
         return result
 
     async def profiled_async(wrapped: Any, args: Any, kwargs: Any, claim: Any, stash: Any = False) -> Any:
@@ -493,6 +555,7 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
     # reads locals only; the histogram's refresh mask is the one attribute it reads.
     state, enabled, profiled, busy = calls.state, calls.enabled, calls.profiled, calls.busy
     counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
+    busy_counts, busy_threshold = state.busy_counts, state.busy_threshold
     trivial = policy.trivial
     next_call, yes = policy._calls.__next__, policy._yes
     now, wrapped = time.perf_counter_ns, target
@@ -510,11 +573,25 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
             claim = state.claim(args, kwargs, enabled)
             if claim is not None:
                 return profiled(wrapped, args, kwargs, claim)
+        if busy[0]:
+            # neuronscope's workers run: the call's time less what it lost to them (module doc)
+            before = _clocks()
+            t0 = now()
+            result = wrapped(*args, **kwargs)
+            dt = now() - t0
+            dt -= _lost_to_workers(dt, before)
+            if dt > busy_threshold[0]:
+                state.slow(dt, args, kwargs, busy_threshold[0])
+            b = (dt | 16).bit_length()
+            busy_counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
+            if not timed() & calls.mask:
+                calls.refresh()
+            return result
         t0 = now()
         result = wrapped(*args, **kwargs)
         dt = now() - t0
         if busy[0]:
-            return result  # our own background work ran meanwhile: not the service's latency
+            return result  # the workers started meanwhile: not measurable
         if dt > threshold[0]:
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()

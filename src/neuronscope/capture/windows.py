@@ -216,8 +216,9 @@ class WindowedRun:
             return None
         rec = self.recording
         steps = list(rec.step_us)
+        overlapped = [not ok for ok in rec.step_clean]
         summary = fold_summaries(summaries)
-        diagnosis = fold_diagnoses(diagnoses, all_steps_us=steps or None, window_indexes=indexes)
+        diagnosis = fold_diagnoses(diagnoses, all_steps_us=steps or None, overlapped=overlapped, window_indexes=indexes)
         coverage = Coverage(
             wall_ns=max(end_ns - start_ns, 0),
             recorded_ns=rec.recorded_total_ns(time.monotonic_ns()) if stopped is None else rec.recorded_ns,
