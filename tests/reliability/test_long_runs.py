@@ -229,3 +229,33 @@ def test_a_windowed_run_killed_mid_way_keeps_its_finished_windows(tmp_path):
     done = json.loads((run_dir / "windows.json").read_text())["windows"]
     assert run.summary["aten::mm"].calls >= sum(r["steps"] for r in done[:3]) > 0
     assert (run_dir / "windows" / "0001" / "trace.json.gz").is_file()
+
+
+def test_sigterm_mid_way_writes_the_folded_run_and_exits_143(tmp_path):
+    script = tmp_path / "victim.py"
+    script.write_text(KILLED)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            index = list(out.glob("*/windows.json"))
+            if index and len(json.loads(index[0].read_text())["windows"]) >= 2:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "no windows were written"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # a Kubernetes pod being stopped
+        proc.wait(30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143
+    assert took < 15  # within NEURONSCOPE_EXIT_FLUSH_TIMEOUT (10 s) and the interpreter's exit
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["coverage"]["windows"] >= 2
+    assert any("stopped by SIGTERM" in w for w in manifest["warnings"])
+    run = ns.load_run(run_dir)
+    assert run.summary["aten::mm"].calls > 0 and run.diagnosis.steps.count > 0

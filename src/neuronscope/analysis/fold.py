@@ -197,6 +197,12 @@ def _fold_findings(parts: Sequence[Diagnosis], steps: int) -> list[Finding]:
     return folded
 
 
+def _sum_known(values: list[int | None]) -> int | None:
+    """The sum, or None when any is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
+
+
 def _fold_communication(parts: Sequence[Diagnosis], recorded_us: float) -> Communication | None:
     comms = [d.communication for d in parts if d.communication is not None]
     if not comms:
@@ -212,7 +218,7 @@ def _fold_communication(parts: Sequence[Diagnosis], recorded_us: float) -> Commu
             kind=kind,
             calls=sum(k.calls for k in ks),
             time_us=sum(k.time_us for k in ks),
-            bytes=sum(k.bytes for k in ks) if all(k.bytes is not None for k in ks) else None,
+            bytes=_sum_known([k.bytes for k in ks]),
             group_size=ks[0].group_size,
         )
         for kind, ks in kinds.items()

@@ -259,9 +259,8 @@ class Recording:
     def step(self, now: int) -> str | None:
         """One step ended (on the stepping thread): the action due at this step, if any.
 
-        A step's time is its wall time less what it lost to neuronscope's workers analysing the
-        previous window (bounded by their CPU time and by the time this thread did not run), as
-        the SlowCalls trigger measures calls: a step is never counted slower for our own work."""
+        Every step's wall time is kept, and whether neuronscope's workers ran during it (the
+        folded diagnosis leaves those out of the percentiles: capture/windows.py)."""
         with self.lock:
             last = self._last_step if self._last_step is not None else self.started
             self.step_us.append((now - last) / 1e3)
@@ -275,9 +274,12 @@ class Recording:
         lim, w = self.limits, self.windows
         if self.stopped is not None:
             return None
-        if self.recording:
-            if lim.max_steps is not None and len(self.step_us) >= lim.max_steps:
+        if lim.max_steps is not None and len(self.step_us) >= lim.max_steps:
+            if self.recording:
                 return "steps"
+            self.stopped = "steps"  # between windows: none starts again
+            return None
+        if self.recording:
             if w is not None and ((w.steps is not None and self.window_steps >= w.steps) or self.window_due):
                 return "window"
             return None

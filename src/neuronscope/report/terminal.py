@@ -177,6 +177,11 @@ def header_renderable(source: Source) -> Text:
     m = source.manifest
     if m.get("start_ns") and m.get("end_ns"):
         text.append(f", wall {format_us((int(m['end_ns']) - int(m['start_ns'])) / 1e3)}")
+    if isinstance(m.get("coverage"), dict):  # a long run: what was recorded, and why it stopped
+        from ..result import Coverage
+
+        cov = Coverage.from_dict(m["coverage"])
+        text.append(f"\n{cov.line()}", style="yellow" if cov.stopped else "dim")
     if source.path is not None:
         text.append(f"\n{source.path}", style="dim")
     if m.get("status") in ("recording", "processing"):

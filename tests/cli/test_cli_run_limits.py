@@ -1,0 +1,88 @@
+"""`neuronscope run` limits and windows (issue 27.1, 27.2), in real processes: --duration,
+--steps, --max-events stop recording and the run says so; --window-steps folds windows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time, torch
+    import neuronscope as ns
+    x = torch.randn(32, 32)
+    steps = 0
+    t0 = time.time()
+    while time.time() - t0 < float(sys.argv[1]):
+        for _ in range(20):
+            y = x @ x
+        time.sleep(0.001)
+        ns.step()
+        steps += 1
+    print("steps", steps)
+    """
+)
+
+
+def _run(tmp_path: Path, seconds: float, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+    script = tmp_path / "loop.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronscope", "run", "-q", "--output-dir", str(out), *options, str(script), str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    runs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+    manifest = json.loads((runs[0] / "manifest.json").read_text()) if runs else {}
+    return proc, manifest
+
+
+def _summary(manifest_dir: Path) -> dict:
+    return json.loads((manifest_dir / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("options", "stopped"),
+    [(("--no-windows", "--steps", "5"), "steps"), (("--no-windows", "--duration", "0.5"), "duration"),
+     (("--no-windows", "--max-events", "3000"), "budget")],
+)
+def test_a_limit_stops_recording_and_the_script_runs_on(tmp_path, options, stopped):
+    proc, manifest = _run(tmp_path, 3.0, *options)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    script_steps = int(proc.stdout.split("steps")[-1])
+    cov = manifest["coverage"]
+    assert cov["stopped"] == stopped and cov["steps"] == script_steps  # every step timed, recorded or not
+    assert cov["recorded_ns"] < cov["wall_ns"] / 2
+    run_dir = next((tmp_path / "runs").iterdir())
+    mm = next(r for r in _summary(run_dir)["rows"] if r["name"] == "aten::mm")
+    assert 0 < mm["calls"] < 20 * script_steps / 2  # what was recorded, not the whole run
+    if stopped == "steps":
+        assert mm["calls"] == 20 * 5
+
+
+def test_window_steps_fold_the_windows_into_one_run(tmp_path):
+    proc, manifest = _run(tmp_path, 4.0, "--window-steps", "20", "--keep", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    script_steps = int(proc.stdout.split("steps")[-1])
+    cov = manifest["coverage"]
+    assert manifest["status"] == "complete" and cov["windows"] >= 2 and cov["steps"] == script_steps
+    run_dir = next((tmp_path / "runs").iterdir())
+    index = json.loads((run_dir / "windows.json").read_text())["windows"]
+    assert all(row["steps"] <= 20 for row in index)
+    mm = next(r for r in _summary(run_dir)["rows"] if r["name"] == "aten::mm")
+    assert mm["calls"] == 20 * sum(row["steps"] for row in index)
+    assert sorted(int(p.name) for p in (run_dir / "windows").iterdir()) == cov["kept"] and len(cov["kept"]) <= 2
+    shown = subprocess.run([sys.executable, "-m", "neuronscope", "show", str(run_dir)], capture_output=True, text=True)
+    assert shown.returncode == 0 and f"in {cov['windows']} windows of 20 steps" in " ".join(shown.stdout.split())
+
+
+def test_no_windows_with_a_window_option_is_a_usage_error(tmp_path):
+    proc, _ = _run(tmp_path, 0.1, "--no-windows", "--window-steps", "5")
+    assert proc.returncode == 2 and "--no-windows" in proc.stderr
