@@ -21,7 +21,7 @@ def _window(steps: int, pause_s: float) -> Trace:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             with record_function("step"):
-                y = torch.tanh(x @ x) * 2
+                torch.tanh(x @ x) * 2
                 time.sleep(pause_s)
     return trace_from_kineto(prof.profiler.kineto_results, device="cpu")
 

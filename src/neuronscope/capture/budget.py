@@ -174,6 +174,7 @@ class Recording:
         self.recorded_ns = 0  #: closed sessions' time
         self.stopped: str | None = None  #: recording ended for good, and why
         self.pending: str | None = None  #: an action for the capture's thread (its next ns.step())
+        self.signalled = False  #: the main thread was sent the wake signal for ``pending``
         self.window_due = False  #: a time window ended while steps run: cut at the next step
         self.in_flight = 0  #: windows being analysed or written
         self.window_index = 1
@@ -350,13 +351,68 @@ def _dispatch(capture: Any, action: str) -> None:
         capture.limit_action(action)
         return
     rec.pending = action
-    if rec.thread == threading.main_thread().ident:
+    if rec.thread == threading.main_thread().ident and not rec.signalled:
+        rec.signalled = True  # one signal per action (cleared when acted on, or deferred)
         signals.wake_main_thread()
 
 
-def _on_wake() -> None:
-    """In the main thread (the wake signal): the actions due for captures of this thread."""
+#: neuronscope's frames that only call the user's code through (a decorated function's
+#: wrapper): no lock is held in them, so a wake signal may act while the user's code runs below
+_CALL_THROUGH = frozenset(
+    {
+        "wrapper",
+        "sync_wrapper",
+        "async_wrapper",
+        "gen_wrapper",
+        "agen_wrapper",
+        "profiled",
+        "profiled_gen",
+        "profiled_agen",
+        "profiled_async",
+        "timed_call",
+        "_run_profiled",
+        "run",
+        "main",
+        "invoke",
+        "__call__",
+    }
+)
+_OURS = ("neuronscope", "torch.profiler", "torch.autograd.profiler", "wrapt")
+
+
+def _safe_to_act(frame: Any) -> bool:
+    """Whether the main thread, interrupted at ``frame``, is in the user's code: not inside
+    neuronscope or torch.profiler, whose locks it may hold (a signal handler runs on the
+    interrupted thread: taking a lock it holds would deadlock, an RLock would be re-entered)."""
+    from . import session
+
+    owned = getattr(session._lock, "_is_owned", None)
+    if owned is not None and owned():
+        return False
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "") or ""
+        if module.startswith(_OURS) and frame.f_code.co_name not in _CALL_THROUGH:
+            return False
+        frame = frame.f_back
+    return True
+
+
+def _on_wake(frame: Any) -> None:
+    """In the main thread (the wake signal): the actions due for captures of this thread --
+    unless the signal landed inside neuronscope or torch.profiler (the watchdog signals again
+    50 ms later)."""
+    if not _safe_to_act(frame):
+        _unsent(threading.get_ident())
+        return
     _run_pending(threading.get_ident())
+
+
+def _unsent(thread: int) -> None:
+    """The wake signal was not acted on: let the watchdog send it again."""
+    with _watch_lock:
+        for capture in _watched:
+            if capture.recording.thread == thread:
+                capture.recording.signalled = False
 
 
 def _run_pending(thread: int) -> None:
@@ -364,6 +420,7 @@ def _run_pending(thread: int) -> None:
         captures = [c for c in _watched if c.recording.thread == thread and c.recording.pending]
     for capture in captures:
         action, capture.recording.pending = capture.recording.pending, None
+        capture.recording.signalled = False
         capture.limit_action(action)
 
 
@@ -398,8 +455,10 @@ def _optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         return
     from . import session
 
-    if any(not c.recording.steps_seen for c in _watched):
-        session._mark(_step_marker())  # the diagnosis finds the steps in the trace
+    # the diagnosis finds the steps in the trace -- of the profiles that work in steps only
+    # (windows, a step limit): an ordinary profile's steps stay what its code marks
+    if any(not c.recording.steps_seen and (c.recording.windows or c.recording.limits.max_steps) for c in _watched):
+        session._mark(_step_marker())
     on_step("optimizer")
 
 

@@ -88,6 +88,7 @@ def _install_wake() -> None:
         if signal.getsignal(number) not in (signal.SIG_DFL, None):
             return  # the program uses it
         signal.signal(number, _woken)
+        signal.siginterrupt(number, False)  # restart the system calls it lands in (C extensions' reads)
         WAKE = number
     except (ValueError, OSError):
         return
@@ -96,7 +97,7 @@ def _install_wake() -> None:
 def _woken(signum: int, frame: Any) -> None:
     for callback in list(_on_wake):
         try:
-            callback()
+            callback(frame)
         except Exception:  # noqa: BLE001 - a signal handler must never raise into user code
             pass
 

@@ -1,0 +1,69 @@
+"""The recording limits' parts (issue 27.1): validation, the default budget, the coverage record,
+and when the wake signal may act on the main thread."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import neuronscope as ns
+from neuronscope.capture import budget, session
+from neuronscope.result import Coverage
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        (dict(max_events=-1), "max_events=-1"),
+        (dict(max_events=1.5), "max_events=1.5"),
+        (dict(max_seconds=0), "max_seconds=0"),
+        (dict(max_steps=0), "max_steps=0"),
+        (dict(windows="10s"), "windows='10s'"),
+        (dict(windows=ns.Windows(steps=5), schedule=lambda step: None), "use one"),
+    ],
+)
+def test_bad_limits_fail_at_creation_naming_the_argument(kwargs, words):
+    with pytest.raises(ns.ConfigurationError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        ns.profile_neuron(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(steps=0), dict(seconds=-1), dict(steps=5, keep=-1)])
+def test_bad_windows_fail(kwargs):
+    with pytest.raises(ns.ConfigurationError, match="Windows"):
+        ns.Windows(**kwargs)
+
+
+def test_a_step_count_is_windows_of_that_many_steps():
+    assert ns.profile_neuron(windows=25).windows == ns.Windows(steps=25)
+
+
+def test_the_default_budget_is_a_sixteenth_of_available_memory_within_bounds():
+    available = budget._mem_available()
+    per_event = budget.RECORDING_BYTES_PER_EVENT + 1700 + 120
+    expected = int((available or 8 * 2**30) / 16 / per_event)
+    expected = max(budget.MIN_DEFAULT_EVENTS, min(budget.MAX_DEFAULT_EVENTS, expected))
+    assert budget.default_max_events() == expected
+    assert "GiB available" in budget.describe_default() or "assumed" in budget.describe_default()
+
+
+def test_coverage_says_what_was_recorded_and_reads_back():
+    cov = Coverage(wall_ns=30_000_000_000, recorded_ns=7_500_000_000, events=2_000_000, windows=9, stopped="budget",
+                   max_events=250_000, budget_source="max_events", window_spec="10 s", kept=(1, 4))
+    assert cov.pct == 25.0
+    line = cov.line()
+    assert line.startswith("recorded 7.5 s of 30.0 s (25%), 2,000,000 events, in 9 windows of 10 s")
+    assert "event budget of 250,000 events (max_events)" in line and line.endswith("raw traces kept: window 1, 4")
+    assert Coverage.from_dict(cov.to_dict()) == cov
+
+
+def test_the_wake_signal_acts_in_user_code_only():
+    assert budget._safe_to_act(sys._getframe())  # this test's own frame: user code
+    with session._lock:  # as inside session.enter/leave: an RLock it would re-enter
+        assert not budget._safe_to_act(sys._getframe())
+    # code running in a neuronscope module (it may hold our locks): not safe
+    ours: dict = {"__name__": "neuronscope.capture.somewhere", "sys": sys}
+    exec("def working():\n    return sys._getframe()\n\ndef wrapper(user):\n    return user()\n", ours)
+    assert not budget._safe_to_act(ours["working"]())
+    # the user's code below a decorated function's wrapper (which only calls through): safe
+    assert budget._safe_to_act(ours["wrapper"](lambda: sys._getframe()))
