@@ -4,6 +4,8 @@ EXPECTED = {
     "Explanation",
     "RankComparison",
     "RunResult",
+    "Coverage",
+    "Windows",
     "ArmRequest",
     "SlowCalls",
     "Trigger",
