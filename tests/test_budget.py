@@ -38,13 +38,18 @@ def test_a_step_count_is_windows_of_that_many_steps():
     assert ns.profile_neuron(windows=25).windows == ns.Windows(steps=25)
 
 
-def test_the_default_budget_is_a_sixteenth_of_available_memory_within_bounds():
-    available = budget._mem_available()
-    per_event = budget.RECORDING_BYTES_PER_EVENT + 1700 + 120
-    expected = int((available or 8 * 2**30) / 16 / per_event)
-    expected = max(budget.MIN_DEFAULT_EVENTS, min(budget.MAX_DEFAULT_EVENTS, expected))
-    assert budget.default_max_events() == expected
-    assert "GiB available" in budget.describe_default() or "assumed" in budget.describe_default()
+def test_the_default_budget_is_what_a_quarter_of_the_memory_available_holds():
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    budget_now, seen = budget.memory_events()
+    assert seen == pytest.approx(available, rel=0.05)  # read again: memory moves a little
+    assert budget_now == pytest.approx(available / 4 / (1700 + 120), rel=0.05)  # a stopped event: Kineto + our model
+    assert "GiB available" in budget.describe_default(seen)
+    # a profile in windows gets at most 250,000 events a window
+    rec = budget.Recording(type("C", (), {"name": "x"})(), budget.Limits(), ns.Windows(seconds=1))
+    assert rec.max_events == min(250_000, budget_now) and not rec.dynamic
+    assert budget.Recording(type("C", (), {"name": "x"})(), budget.Limits(), None).dynamic
+    assert budget.Recording(type("C", (), {"name": "x"})(), budget.Limits(max_events=0), None).max_events is None
 
 
 def test_coverage_says_what_was_recorded_and_reads_back():

@@ -85,7 +85,7 @@ def test_a_profile_stops_recording_at_its_event_budget_and_says_what_it_covers(t
 
 
 def test_max_seconds_stops_recording_after_that_long(tmp_path):
-    got = _run_loop(tmp_path, 3.0, "duration")
+    got = _run_loop(tmp_path, 6.0, "duration")  # torch's stop at the limit takes seconds under load
     cov = got["coverage"]
     assert cov["stopped"] == "duration"
     assert 0.8e9 <= cov["recorded_ns"] <= 1.6e9  # 1 s, polled every 50 ms

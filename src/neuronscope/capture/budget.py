@@ -4,11 +4,14 @@ torch.profiler keeps every event of a session in memory (~240 B each while it re
 once stopped and read), so a profile left open on a long job grows until the kernel kills the
 process. Every profile therefore records under limits (:class:`Limits`):
 
-* ``max_events`` — by default sized from the memory available when the process first profiles
-  (:func:`default_max_events`). Events are not countable while torch records, so they are
-  estimated as the backlog estimates a stopped capture: the smaller of the process's RSS growth
-  over the session divided by what an event costs while recording, and the session's duration
-  times the event rate this profile had last time (or an upper bound for a first one);
+* ``max_events`` — by default, the events whose stopped profile (~1.8 KB each) would take a
+  quarter of the memory available *now* (:func:`memory_events`, read at every check: the budget
+  follows what the program itself uses); for a window, at most 250,000. Events are not
+  countable while torch records, so they are estimated: from the event rate this profile had in
+  its last window or run, or the session's RSS growth at ~240 B an event, whichever is higher;
+  for a first session, the smaller of that growth and an upper bound on the rate (the program's
+  own allocations make the growth an over-estimate: compiling a model grows RSS by hundreds of
+  MB while recording few events, which is why the default is not a fixed count);
 * ``max_seconds`` / ``max_steps`` — stop recording after that long, or that many steps.
 
 Past a limit the session stops and the program runs on unprofiled; the run says how much of the
@@ -38,7 +41,7 @@ from typing import Any
 from .. import _stats, _worker
 from ..errors import ConfigurationError
 
-__all__ = ["Limits", "Recording", "Windows", "default_max_events", "on_step", "watch"]
+__all__ = ["Limits", "Recording", "Windows", "memory_events", "on_step", "watch"]
 
 log = logging.getLogger("neuronscope")
 
@@ -48,16 +51,13 @@ RECORDING_BYTES_PER_EVENT = 240
 #: the fastest eager dispatch one thread records (a 64x64 Linear loop here: 330,000 events/s):
 #: the event rate assumed for a profile name not measured yet
 FIRST_EVENT_RATE = 500_000.0
-#: the default budget takes this share of the memory available at the first profile ...
-MEMORY_SHARE = 1 / 16
-#: ... within these bounds (past 2 M events a window takes ~10 s to analyse on one core)
-MIN_DEFAULT_EVENTS, MAX_DEFAULT_EVENTS = 100_000, 2_000_000
+#: the default budget: the events whose stopped profile takes this share of the memory available
+MEMORY_SHARE = 1 / 4
+#: what a stopped event holds until it is analysed (Kineto's results + our trace model)
+STOPPED_BYTES_PER_EVENT = _worker.KINETO_BYTES_PER_EVENT + _worker.MODEL_BYTES_PER_EVENT
 #: the default budget of one window (~0.5 GB from recording to analysis, ~1 s to analyse)
 WINDOW_DEFAULT_EVENTS = 250_000
 POLL_S = 0.05
-
-_default_events: int | None = None
-_available_bytes: int | None = None
 
 
 def _mem_available() -> int | None:
@@ -71,21 +71,16 @@ def _mem_available() -> int | None:
     return None
 
 
-def default_max_events() -> int:
-    """The default event budget of one profile (or one window): 1/16 of the memory available
-    when first asked, at what an event costs from recording to analysis, within 100k-2M."""
-    global _default_events, _available_bytes
-    if _default_events is None:
-        _available_bytes = _mem_available()
-        per_event = RECORDING_BYTES_PER_EVENT + _worker.KINETO_BYTES_PER_EVENT + _worker.MODEL_BYTES_PER_EVENT
-        guess = int((_available_bytes or 8 * 2**30) * MEMORY_SHARE / per_event)
-        _default_events = max(MIN_DEFAULT_EVENTS, min(MAX_DEFAULT_EVENTS, guess))
-    return _default_events
+def memory_events() -> tuple[int, int | None]:
+    """(the default event budget now, the memory available it was sized from): the events whose
+    stopped profile takes a quarter of the memory available (8 GiB assumed without a reading)."""
+    available = _mem_available()
+    return int((available or 8 * 2**30) * MEMORY_SHARE / STOPPED_BYTES_PER_EVENT), available
 
 
-def describe_default() -> str:
-    avail = f"{_available_bytes / 2**30:.1f} GiB available" if _available_bytes else "no memory reading; 8 GiB assumed"
-    return f"the default, sized from memory ({avail})"
+def describe_default(available: int | None) -> str:
+    avail = f"{available / 2**30:.1f} GiB available" if available else "no memory reading; 8 GiB assumed"
+    return f"the default: a quarter of the memory available ({avail})"
 
 
 @dataclass(frozen=True)
@@ -159,12 +154,15 @@ class Recording:
         self.capture = capture
         self.limits = limits
         self.windows = windows
-        if limits.max_events is None:
+        #: the budget follows the memory available at every check (no max_events given, not in windows)
+        self.dynamic = limits.max_events is None and windows is None
+        self.max_events: int | None = limits.max_events or None
+        self.budget_source = "max_events"
+        if limits.max_events is None and windows is not None:
             # a window is analysed while the next waits: a smaller default keeps the pauses short
-            self.max_events: int | None = min(default_max_events(), WINDOW_DEFAULT_EVENTS) if windows else default_max_events()
-        else:
-            self.max_events = limits.max_events or None
-        self.budget_source = describe_default() if limits.max_events is None else "max_events"
+            budget, available = memory_events()
+            self.max_events = min(budget, WINDOW_DEFAULT_EVENTS)
+            self.budget_source = "the default for a window"
         self.thread = threading.get_ident()
         self.lock = threading.Lock()
         now = time.monotonic_ns()
@@ -220,7 +218,7 @@ class Recording:
         if self.recording:
             if lim.max_seconds is not None and now - self.started >= lim.max_seconds * 1e9:
                 return "duration"
-            if self.max_events is not None and self.session_events(now) >= self.max_events:
+            if self._over_budget(now):
                 return "budget"
             w = self.windows
             if w is not None and w.seconds is not None and now - self.session_started >= w.seconds * 1e9:
@@ -235,6 +233,17 @@ class Recording:
                 return None
             return "resume"
         return None
+
+    def _over_budget(self, now: int) -> bool:
+        if self.max_events is not None and not self.dynamic:
+            return self.session_events(now) >= self.max_events
+        if not self.dynamic:
+            return False
+        budget, available = memory_events()
+        if self.session_events(now) < budget:
+            return False
+        self.max_events, self.budget_source = budget, describe_default(available)  # what the run reports
+        return True
 
     def ready_for_next(self) -> bool:
         return self.in_flight == 0 and not _worker.backlog.over_budget()
