@@ -259,3 +259,43 @@ def test_sigterm_mid_way_writes_the_folded_run_and_exits_143(tmp_path):
     assert any("stopped by SIGTERM" in w for w in manifest["warnings"])
     run = ns.load_run(run_dir)
     assert run.summary["aten::mm"].calls > 0 and run.diagnosis.steps.count > 0
+
+
+NEURON_WINDOWS = textwrap.dedent(
+    """
+    import json, sys, time, torch
+    import neuronscope as ns
+    from neuronscope.testing import install_emulated_neuron
+
+    install_emulated_neuron()
+    x = torch.randn(64, 64)
+    with ns.profile_neuron(name="nw", device="neuron", output_dir=sys.argv[1], windows=ns.Windows(steps=5, keep=1)) as run:
+        for _ in range(30):
+            y = x @ x
+            time.sleep(0.01)
+            ns.step()
+    run.wait(120)
+    print(json.dumps({"status": run.status, "device": run.device, "coverage": run.coverage.to_dict(),
+                      "mm": run.summary["aten::mm"].calls, "path": str(run.path)}))
+    """
+)
+
+
+def test_windows_on_the_emulated_neuron_device(tmp_path):
+    # TorchNeuron's exporter saves each window's Kineto trace itself (Kineto saves once): the
+    # kept windows' traces are written from the trace model instead
+    script = tmp_path / "nw.py"
+    script.write_text(NEURON_WINDOWS)
+    env = {k: v for k, v in os.environ.items() if k not in ("NEURON_RT_INSPECT_ENABLE", "TORCH_NEURONX_NEFF_CACHE_DIR")}
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "failed" not in out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["status"] == "complete" and got["device"] == "neuron" and got["coverage"]["windows"] >= 2
+    run_dir = Path(got["path"])
+    index = json.loads((run_dir / "windows.json").read_text())["windows"]
+    assert got["mm"] == sum(row["steps"] for row in index)
+    for k in got["coverage"]["kept"]:
+        with gzip.open(run_dir / "windows" / f"{k:04d}" / "trace.json.gz", "rt") as f:
+            events = json.load(f)["traceEvents"]
+        assert sum(1 for e in events if e.get("name") == "aten::mm") == next(r["steps"] for r in index if r["window"] == k)

@@ -164,9 +164,14 @@ class WindowedRun:
                 summary["diagnosis"] = analysis.diagnosis.to_dict()
             write_json(where / "summary.json", summary)
             meta = {"neuronscope_device": self.device, "neuronscope_window": index}
+            written = False
             if len(segments) == 1 and segments[0].results is not None:
-                write_trace(segments[0].results, where / "trace.json.gz", meta, saved=segments[0].saved_json)
-            elif analysis.trace is not None:
+                try:
+                    write_trace(segments[0].results, where / "trace.json.gz", meta, saved=segments[0].saved_json)
+                    written = True
+                except RuntimeError:  # Kineto saves once: a device exporter (TorchNeuron) saved it already
+                    written = False
+            if not written and analysis.trace is not None:
                 write_trace_model(analysis.trace, where / "trace.json.gz", meta)
             with self._lock:
                 self.kept.append(index)
