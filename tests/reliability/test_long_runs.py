@@ -207,19 +207,27 @@ KILLED = textwrap.dedent(
 )
 
 
-def test_a_windowed_run_killed_mid_way_keeps_its_finished_windows(tmp_path):
+def _victim_with_windows(tmp_path: Path, windows: int) -> subprocess.Popen:
+    """The KILLED script, running, once ``windows`` windows are in its windows.json."""
     script = tmp_path / "victim.py"
     script.write_text(KILLED)
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while True:
+        index = list(out.glob("*/windows.json"))
+        if index and len(json.loads(index[0].read_text())["windows"]) >= windows:
+            return proc
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("no windows were written")
+        time.sleep(0.05)
+
+
+def test_a_windowed_run_killed_mid_way_keeps_its_finished_windows(tmp_path):
+    out = tmp_path / "runs"
+    proc = _victim_with_windows(tmp_path, 3)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            index = list(out.glob("*/windows.json"))
-            if index and len(json.loads(index[0].read_text())["windows"]) >= 3:
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, "no windows were written"
-            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)  # as the OOM killer does
     finally:
         proc.wait(30)
@@ -232,18 +240,9 @@ def test_a_windowed_run_killed_mid_way_keeps_its_finished_windows(tmp_path):
 
 
 def test_sigterm_mid_way_writes_the_folded_run_and_exits_143(tmp_path):
-    script = tmp_path / "victim.py"
-    script.write_text(KILLED)
     out = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = _victim_with_windows(tmp_path, 2)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            index = list(out.glob("*/windows.json"))
-            if index and len(json.loads(index[0].read_text())["windows"]) >= 2:
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, "no windows were written"
-            time.sleep(0.05)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # a Kubernetes pod being stopped
         proc.wait(30)

@@ -60,21 +60,10 @@ WINDOW_DEFAULT_EVENTS = 250_000
 POLL_S = 0.05
 
 
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def memory_events() -> tuple[int, int | None]:
     """(the default event budget now, the memory available it was sized from): the events whose
     stopped profile takes a quarter of the memory available (8 GiB assumed without a reading)."""
-    available = _mem_available()
+    available = _worker.available_memory()
     return int((available or 8 * 2**30) * MEMORY_SHARE / STOPPED_BYTES_PER_EVENT), available
 
 

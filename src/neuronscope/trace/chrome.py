@@ -167,14 +167,9 @@ def _check_memory(path: Path, f: Any, gzipped: bool) -> None:
 
 def _available_memory() -> int | None:
     """MemAvailable from /proc/meminfo (None where there is none: no check)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    from .._worker import available_memory
+
+    return available_memory()
 
 
 #: a file the streaming reader cannot split is read whole (to say precisely what is wrong, or
