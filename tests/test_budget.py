@@ -72,3 +72,19 @@ def test_the_wake_signal_acts_in_user_code_only():
     assert not budget._safe_to_act(ours["working"]())
     # the user's code below a decorated function's wrapper (which only calls through): safe
     assert budget._safe_to_act(ours["wrapper"](lambda: sys._getframe()))
+
+
+def test_step_times_stay_bounded_with_an_exact_count_and_slowest_step():
+    steps = budget.StepTimes()
+    n = 3 * budget.StepTimes.CAP + 17
+    for i in range(n):
+        steps.add(1000.0 + (i % 101), overlapped=i % 7 == 0)  # odd periods: no aliasing with the stride
+    steps.add(9e6, overlapped=True)  # one slow step, late
+    assert steps.count == n + 1
+    assert len(steps.us) < budget.StepTimes.CAP and steps.stride == 4
+    timed = steps.timed()
+    assert (timed.slowest_index, timed.slowest_us, timed.slowest_overlapped) == (n, 9e6, True)
+    # every stride-th step: a uniform sample
+    sample = [us for us in timed.sample_us if us < 9e6]
+    assert sum(sample) / len(sample) == pytest.approx(1050.0, abs=1)
+    assert sum(timed.sample_overlapped) / len(timed.sample_overlapped) == pytest.approx(1 / 7, abs=0.005)

@@ -10,7 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from neuronscope.analysis.diagnosis import diagnose_trace
-from neuronscope.analysis.fold import fold_diagnoses, fold_summaries
+from neuronscope.analysis.fold import TimedSteps, fold_diagnoses, fold_summaries
 from neuronscope.analysis.summary import summarize
 from neuronscope.trace.kineto import trace_from_kineto
 from neuronscope.trace.model import Trace
@@ -48,7 +48,7 @@ def test_the_folded_summary_is_the_summary_of_the_windows_together(windows):
 def test_the_folded_diagnosis_adds_time_and_keeps_each_windows_verdict(windows):
     parts = [diagnose_trace(t, summary=summarize(t)) for t in windows]
     steps_us = [s.duration_us for d in parts for s in d.steps.per_step]
-    d = fold_diagnoses(parts, all_steps_us=steps_us, window_indexes=[1, 4, 9])
+    d = fold_diagnoses(parts, timed=TimedSteps.of(steps_us), window_indexes=[1, 4, 9])
     assert d.device_busy_us == pytest.approx(sum(p.device_busy_us for p in parts))
     assert d.device_idle_us == pytest.approx(sum(p.device_idle_us for p in parts))
     assert d.device_busy_pct == pytest.approx(100 * d.device_busy_us / (d.device_busy_us + d.device_idle_us))

@@ -18,7 +18,7 @@ Pure functions of the window results: no torch, no trace.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .diagnosis.model import (
@@ -32,9 +32,37 @@ from .diagnosis.model import (
 )
 from .summary import OpStats, RegionStats, Summary, _build
 
-__all__ = ["fold_diagnoses", "fold_summaries"]
+__all__ = ["TimedSteps", "fold_diagnoses", "fold_summaries"]
 
 _SEVERITY = ("info", "low", "medium", "high")
+
+
+@dataclass(frozen=True)
+class TimedSteps:
+    """Every step a run timed, recorded or not: a uniform sample of their wall times (all of
+    them up to a cap, then every 2nd, 4th...: capture/budget.py keeps it bounded), whether
+    neuronscope's own analysis ran beside each, and the slowest one exactly."""
+
+    count: int
+    sample_us: Sequence[float]
+    sample_overlapped: Sequence[bool]
+    slowest_index: int
+    slowest_us: float
+    slowest_overlapped: bool = False
+
+    @classmethod
+    def of(cls, durations_us: Sequence[float], overlapped: Sequence[bool] | None = None) -> TimedSteps:
+        """All of ``durations_us`` (tests; short runs)."""
+        flags = list(overlapped) if overlapped is not None else [False] * len(durations_us)
+        slowest = max(range(len(durations_us)), key=lambda i: durations_us[i]) if durations_us else 0
+        return cls(
+            count=len(durations_us),
+            sample_us=list(durations_us),
+            sample_overlapped=flags,
+            slowest_index=slowest,
+            slowest_us=float(durations_us[slowest]) if durations_us else 0.0,
+            slowest_overlapped=bool(flags[slowest]) if durations_us else False,
+        )
 
 
 def _row_tuple(r: OpStats) -> tuple:
@@ -128,14 +156,9 @@ def _percentile(sorted_us: Sequence[float], q: float) -> float:
     return sorted_us[lo] + (sorted_us[hi] - sorted_us[lo]) * (pos - lo)
 
 
-def _fold_steps(
-    parts: Sequence[Diagnosis],
-    all_steps_us: Sequence[float] | None,
-    overlapped: Sequence[bool] | None = None,
-    max_saved: int = 1000,
-) -> Steps | None:
+def _fold_steps(parts: Sequence[Diagnosis], timed: TimedSteps | None, max_saved: int = 1000) -> Steps | None:
     windows = [d.steps for d in parts if d.steps is not None and d.steps.count]
-    if not windows and not all_steps_us:
+    if not windows and not (timed and timed.count):
         return None
     per_step: list[Step] = []
     offset = 0
@@ -145,19 +168,21 @@ def _fold_steps(
     if len(per_step) > max_saved:  # the slowest ones, in time order
         keep = sorted(sorted(per_step, key=lambda p: -p.duration_us)[:max_saved], key=lambda p: p.start_ns)
         per_step = keep
-    if all_steps_us:
+    if timed and timed.count:
         # the percentiles leave out the steps neuronscope's own analysis ran beside, when others
         # remain; the slowest is over all of them (a slow step of yours is never hidden)
-        clean = [float(x) for x, o in zip(all_steps_us, overlapped or ()) if not o]
-        durations = sorted(clean or (float(x) for x in all_steps_us))
-        count = len(all_steps_us)
-        slowest = max(range(count), key=lambda i: all_steps_us[i])
+        clean = [float(x) for x, o in zip(timed.sample_us, timed.sample_overlapped) if not o]
+        durations = sorted(clean or (float(x) for x in timed.sample_us))
+        count = timed.count
+        slowest = timed.slowest_index
+        max_us = timed.slowest_us
         source, name = (windows[0].source, windows[0].name) if windows else ("ns.step", "ns.step")
     else:
         durations = sorted(p.duration_us for p in per_step)
         count = offset
         slow = max(per_step, key=lambda p: p.duration_us, default=None)
         slowest = slow.index if slow is not None else 0
+        max_us = durations[-1] if durations else 0.0
         source, name = windows[0].source, windows[0].name
     return Steps(
         source=source,
@@ -166,7 +191,7 @@ def _fold_steps(
         p50_us=_percentile(durations, 50),
         p90_us=_percentile(durations, 90),
         p99_us=_percentile(durations, 99),
-        max_us=float(all_steps_us[slowest]) if all_steps_us else (durations[-1] if durations else 0.0),
+        max_us=max_us,
         slowest_index=slowest,
         per_step=tuple(per_step),
     )
@@ -237,16 +262,14 @@ def _fold_communication(parts: Sequence[Diagnosis], recorded_us: float) -> Commu
 def fold_diagnoses(
     parts: Sequence[Diagnosis],
     *,
-    all_steps_us: Sequence[float] | None = None,
-    overlapped: Sequence[bool] | None = None,
+    timed: TimedSteps | None = None,
     window_indexes: Sequence[int] | None = None,
 ) -> Diagnosis:
     """One diagnosis of all ``parts`` (the windows of one run, in time order).
 
-    ``all_steps_us``: the wall time of every step the run timed, recorded or not (the count);
-    ``overlapped``: per step, whether neuronscope's own analysis ran beside it (left out of the
-    percentiles when others remain; the slowest step is over all, with a note when it was
-    overlapped); ``window_indexes``: each part's window number.
+    ``timed``: every step the run timed, recorded or not (the count, the percentiles — without
+    the steps neuronscope's own analysis ran beside, when others remain — and the slowest, with a
+    note when ours overlapped it); ``window_indexes``: each part's window number.
     """
     from .diagnosis import _CAUSE_RULES, _verdict
 
@@ -261,7 +284,7 @@ def fold_diagnoses(
     for d in recorded:
         for c, v in d.idle_us_by_class.items():
             idle_by[c] = idle_by.get(c, 0.0) + v
-    steps = _fold_steps(parts, all_steps_us, overlapped)
+    steps = _fold_steps(parts, timed)
     anything = any(d.bound_by != "none" for d in parts)
     comm_us = sum(d.window_us for d in recorded if d.bound_by == "communication")
     if not anything:
@@ -308,21 +331,21 @@ def fold_diagnoses(
         bound_by=bound_by,
         evidence=evidence,
         findings=tuple(findings),
-        notes=_unique([n for d in parts for n in d.notes] + _overlap_note(steps, all_steps_us, overlapped)),
+        notes=_unique([n for d in parts for n in d.notes] + _overlap_note(steps, timed)),
         timeline_data=None,  # the windows' own timelines are in their run directories
         memory_line=memory_lines[-1] if memory_lines else None,
         communication=_fold_communication(recorded, window_us),
     )
 
 
-def _overlap_note(steps: Steps | None, all_steps_us: Sequence[float] | None, overlapped: Sequence[bool] | None) -> list[str]:
-    if steps is None or not all_steps_us or not overlapped or not any(overlapped):
+def _overlap_note(steps: Steps | None, timed: TimedSteps | None) -> list[str]:
+    if steps is None or timed is None or not timed.count or not any(timed.sample_overlapped):
         return []
-    n = sum(1 for o in overlapped if o)
+    share = sum(1 for o in timed.sample_overlapped if o) / len(timed.sample_overlapped)
     note = (
-        f"{n} of {len(all_steps_us)} steps ran while neuronscope analysed a window (the GIL and the cores are "
+        f"{share:.0%} of the {timed.count} steps ran while neuronscope analysed a window (the GIL and the cores are "
         "shared): the step-time percentiles leave them out"
     )
-    if steps.slowest_index < len(overlapped) and overlapped[steps.slowest_index]:
-        note += f"; the slowest step (#{steps.slowest_index}) is one of them: part of its time may be neuronscope's"
+    if timed.slowest_overlapped:
+        note += f"; the slowest step (#{timed.slowest_index}) is one of them: part of its time may be neuronscope's"
     return [note]

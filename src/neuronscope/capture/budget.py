@@ -167,10 +167,8 @@ class Recording:
         self.window_index = 1
         self.window_steps = 0
         self.steps_seen = False  #: ns.step() was called (optimizer steps then are not steps)
-        self.step_us: array[float] = array("d")  #: every step's wall time, recorded or not
+        self.steps = StepTimes()  #: every step's wall time, recorded or not (bounded)
         self._last_step: int | None = None
-        #: per step: True when neuronscope's workers did not run during it
-        self.step_clean: array[int] = array("b")
         self._busy_since_step = False  #: the workers ran since the last step (set by the watchdog)
         self.last_reason: str | None = None
 
@@ -262,10 +260,9 @@ class Recording:
         folded diagnosis leaves those out of the percentiles: capture/windows.py)."""
         with self.lock:
             last = self._last_step if self._last_step is not None else self.started
-            self.step_us.append((now - last) / 1e3)
             # a step during which neuronscope's workers analysed a window is slowed by them (GIL,
             # cores): counted, but left out of the step-time percentiles
-            self.step_clean.append(not (_worker.busy[0] or self._busy_since_step))
+            self.steps.add((now - last) / 1e3, bool(_worker.busy[0] or self._busy_since_step))
             self._busy_since_step = False
             self._last_step = now
             if self.recording:
@@ -273,7 +270,7 @@ class Recording:
         lim, w = self.limits, self.windows
         if self.stopped is not None:
             return None
-        if lim.max_steps is not None and len(self.step_us) >= lim.max_steps:
+        if lim.max_steps is not None and self.steps.count >= lim.max_steps:
             if self.recording:
                 return "steps"
             self.stopped = "steps"  # between windows: none starts again
@@ -285,6 +282,48 @@ class Recording:
         if w is not None and self.ready_for_next():
             return "resume"
         return None
+
+
+class StepTimes:
+    """Every step's wall time in bounded memory: all of them up to ``CAP``, then a uniform
+    sample (every 2nd, then every 4th...: a run of days of ns.step() per request stays ~2 MB);
+    the count and the slowest step are exact."""
+
+    CAP = 131_072
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.stride = 1
+        self.us: array[float] = array("d")
+        self.overlapped: array[int] = array("b")
+        self.slowest = (0, 0.0, False)  # (index, us, overlapped)
+
+    def add(self, us: float, overlapped: bool) -> None:
+        index = self.count
+        self.count += 1
+        if us > self.slowest[1] or index == 0:
+            self.slowest = (index, us, overlapped)
+        if index % self.stride:
+            return
+        self.us.append(us)
+        self.overlapped.append(overlapped)
+        if len(self.us) >= self.CAP:  # keep every other one: still every stride-th step
+            self.us, self.overlapped = self.us[::2], self.overlapped[::2]
+            self.stride *= 2
+
+    def timed(self) -> Any:
+        """The fold's view (analysis/fold.TimedSteps)."""
+        from ..analysis.fold import TimedSteps
+
+        index, us, overlapped = self.slowest
+        return TimedSteps(
+            count=self.count,
+            sample_us=list(self.us),
+            sample_overlapped=[bool(o) for o in self.overlapped],
+            slowest_index=index,
+            slowest_us=us,
+            slowest_overlapped=overlapped,
+        )
 
 
 # -- the watchdog -----------------------------------------------------------------------------

@@ -639,7 +639,7 @@ class _Capture:
             stopped=rec.stopped,
             max_events=rec.max_events,
             budget_source=rec.budget_source,
-            steps=len(rec.step_us),
+            steps=rec.steps.count,
         )
 
     def _end_windows(self, run: Run, segments: list[Any]) -> None:

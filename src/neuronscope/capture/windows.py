@@ -220,10 +220,9 @@ class WindowedRun:
         if not summaries:
             return None
         rec = self.recording
-        steps = list(rec.step_us)
-        overlapped = [not ok for ok in rec.step_clean]
+        timed = rec.steps.timed()
         summary = fold_summaries(summaries)
-        diagnosis = fold_diagnoses(diagnoses, all_steps_us=steps or None, overlapped=overlapped, window_indexes=indexes)
+        diagnosis = fold_diagnoses(diagnoses, timed=timed if timed.count else None, window_indexes=indexes)
         coverage = Coverage(
             wall_ns=max(end_ns - start_ns, 0),
             recorded_ns=rec.recorded_total_ns(time.monotonic_ns()) if stopped is None else rec.recorded_ns,
@@ -232,7 +231,7 @@ class WindowedRun:
             stopped=stopped,
             max_events=rec.max_events,
             budget_source=rec.budget_source,
-            steps=len(steps),
+            steps=timed.count,
             window_spec=self.spec.describe(),
             kept=tuple(kept),
         )
