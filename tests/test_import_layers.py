@@ -14,7 +14,7 @@ ROOT = Path(neuronscope.__file__).resolve().parent
 
 #: lower number = lower layer; a module may import its own layer or lower ones only
 LAYERS = {
-    "errors": 0, "_env": 0, "_config": 0, "_stats": 0, "_version": 0, "_ranks": 0, "_paths": 0,
+    "errors": 0, "_env": 0, "_config": 0, "_stats": 0, "_version": 0, "_ranks": 0, "_paths": 0, "_system": 0,
     "trace": 1,
     "analysis": 2,
     "_run": 3, "_trigger": 3, "result": 3,

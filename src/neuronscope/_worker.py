@@ -31,7 +31,6 @@ __all__ = [
     "KINETO_BYTES_PER_EVENT",
     "Backlog",
     "Worker",
-    "available_memory",
     "backlog",
     "flush_all",
     "get_worker",
@@ -273,18 +272,6 @@ def track_gc() -> None:
 def gc_ns_here() -> int:
     """Garbage-collection time run on this thread so far (see track_gc)."""
     return getattr(_gc_here, "ns", 0)
-
-
-def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, bytes (None where there is none)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def flush_all(timeout: float | None = None) -> bool:

@@ -38,7 +38,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _stats, _worker
+from .. import _stats, _system, _worker
 from ..errors import ConfigurationError
 
 __all__ = ["Limits", "Recording", "Windows", "memory_events", "on_step", "watch"]
@@ -63,7 +63,7 @@ POLL_S = 0.05
 def memory_events() -> tuple[int, int | None]:
     """(the default event budget now, the memory available it was sized from): the events whose
     stopped profile takes a quarter of the memory available (8 GiB assumed without a reading)."""
-    available = _worker.available_memory()
+    available = _system.available_memory()
     return int((available or 8 * 2**30) * MEMORY_SHARE / STOPPED_BYTES_PER_EVENT), available
 
 

@@ -167,7 +167,7 @@ def _check_memory(path: Path, f: Any, gzipped: bool) -> None:
 
 def _available_memory() -> int | None:
     """MemAvailable from /proc/meminfo (None where there is none: no check)."""
-    from .._worker import available_memory
+    from .._system import available_memory
 
     return available_memory()
 
