@@ -40,6 +40,7 @@ from typing import Any
 
 from .. import _stats, _system, _worker
 from ..errors import ConfigurationError
+from ..trace.kinds import MARKER_STEP
 
 __all__ = ["Limits", "Recording", "Windows", "memory_events", "on_step", "watch"]
 
@@ -170,7 +171,6 @@ class Recording:
         self.steps = StepTimes()  #: every step's wall time, recorded or not (bounded)
         self._last_step: int | None = None
         self._busy_since_step = False  #: the workers ran since the last step (set by the watchdog)
-        self.last_reason: str | None = None
 
     # -- estimates -------------------------------------------------------------------------
     def session_events(self, now: int) -> int:
@@ -242,7 +242,6 @@ class Recording:
                 self.recorded_ns += now - self.session_started
             self.recording = False
             self.window_due = False
-            self.last_reason = reason
             if self.windows is None or reason in ("duration", "steps"):
                 self.stopped = reason
 
@@ -445,11 +444,11 @@ def _on_wake(frame: Any) -> None:
 
 
 def _unsent(thread: int) -> None:
-    """The wake signal was not acted on: let the watchdog send it again."""
-    with _watch_lock:
-        for capture in _watched:
-            if capture.recording.thread == thread:
-                capture.recording.signalled = False
+    """The wake signal was not acted on: let the watchdog send it again. No lock: this runs
+    exactly when the interrupted thread may hold ``_watch_lock`` (in watch/unwatch)."""
+    for capture in list(_watched):
+        if capture.recording.thread == thread:
+            capture.recording.signalled = False
 
 
 def _run_pending(thread: int) -> None:
@@ -495,14 +494,8 @@ def _optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     # the diagnosis finds the steps in the trace -- of the profiles that work in steps only
     # (windows, a step limit): an ordinary profile's steps stay what its code marks
     if any(not c.recording.steps_seen and (c.recording.windows or c.recording.limits.max_steps) for c in _watched):
-        session._mark(_step_marker())
+        session._mark(MARKER_STEP)
     on_step("optimizer")
-
-
-def _step_marker() -> str:
-    from ..trace.kinds import MARKER_STEP
-
-    return MARKER_STEP
 
 
 def _hook_optimizer_steps() -> None:

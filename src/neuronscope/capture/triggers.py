@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from .. import _config, _stats
+from .. import _config, _stats, _worker
 from ..errors import ConfigurationError
 from .. import _ranks
 from .._trigger import Trigger, key_for_manifest
@@ -490,9 +490,7 @@ class _TimedCalls:
 
 def _clocks() -> tuple[int, int]:
     """(this thread's CPU time, the garbage-collection time run on it), ns."""
-    from .._worker import gc_ns_here
-
-    return time.thread_time_ns(), gc_ns_here()
+    return time.thread_time_ns(), _worker.gc_ns_here()
 
 
 def _lost_to_workers(dt: int, before: tuple[int, int]) -> int:

@@ -118,7 +118,8 @@ class WindowedRun:
             self._rows.append(row)
             if analysis.summary is not None and d is not None:
                 self._summaries.append(analysis.summary)
-                self._diagnoses.append(d)
+                # the fold draws no timeline (each window's is in its own files): not kept per window
+                self._diagnoses.append(replace(d, timeline_data=None))
                 self._indexes.append(index)
             if analysis.memory is not None:
                 self._memories.append(analysis.memory)
