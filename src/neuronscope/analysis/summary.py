@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..trace.kinds import EventKind
+from .roofline import Roofline
+from .roofs import DeviceLimits
+from .work import OpWork
 
 if TYPE_CHECKING:
     from ..trace.model import Trace
@@ -59,6 +62,11 @@ class OpStats:
     #: self CPU time spent compiling: the calls that are a compilation phase or ran inside one
     compile_time_us: float = 0.0
     compile: bool = False  #: every call was compilation (a phase, or an op torch.compile ran while tracing)
+    #: FLOPs and bytes of the calls whose work is known (``record_shapes=True``; :mod:`.work`),
+    #: or why they have none; None when the profile recorded no shapes
+    work: OpWork | None = None
+    #: those calls against the device's roofs (:mod:`.roofline`); None without work or limits
+    roofline: Roofline | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,8 @@ class Summary:
     #: readable labels for machine-made op names (``compiled graph fydwk3x7 · f (file:12)``);
     #: tables show them, the rows keep the full names (see :mod:`.names`)
     labels: dict[str, str] = field(default_factory=dict)
+    #: the device's roofs the rows' ``roofline`` is measured against (None: unknown device)
+    limits: DeviceLimits | None = None
 
     # -- queries -----------------------------------------------------------------------
     @property
@@ -144,20 +154,23 @@ class Summary:
             "notes": list(self.notes),
             "warnings": list(self.warnings),
             "labels": dict(self.labels),
+            "limits": self.limits.to_dict() if self.limits is not None else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Summary":
         rs = data.get("region_stats")
+        limits = data.get("limits")
         return cls(
-            rows=tuple(OpStats(**r) for r in data["rows"]),
+            rows=tuple(_row_from_dict(r) for r in data["rows"]),
             device=data.get("device", "cpu"),
             regions={p: cls.from_dict(s) for p, s in data.get("regions", {}).items()},
             region_stats=RegionStats(**rs) if rs else None,
             warnings=tuple(data.get("warnings", ())),
-            direct_rows=tuple(OpStats(**r) for r in data.get("direct_rows", ())),
+            direct_rows=tuple(_row_from_dict(r) for r in data.get("direct_rows", ())),
             notes=tuple(data.get("notes", ())),
             labels=dict(data.get("labels") or {}),
+            limits=DeviceLimits.from_dict(limits) if isinstance(limits, dict) else None,
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -177,13 +190,24 @@ class Summary:
         return self.table()
 
 
-def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None) -> Summary:
+def _row_from_dict(r: dict[str, Any]) -> OpStats:
+    r = dict(r)
+    if isinstance(r.get("work"), dict):
+        r["work"] = OpWork.from_dict(r["work"])
+    if isinstance(r.get("roofline"), dict):
+        r["roofline"] = Roofline.from_dict(r["roofline"])
+    return OpStats(**{k: v for k, v in r.items() if k in OpStats.__dataclass_fields__})
+
+
+def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None, limits: DeviceLimits | None = None) -> Summary:
     """Compute the per-op and per-region summary of a trace (vectorised; see module doc).
 
     ``compiled_functions`` (compile id -> function) names the functions behind compiled graphs.
     The steps, each a function below: nest the CPU events into a tree; put the device work on
     the ops that launched it; fold duplicates as torch does; self CPU, compile and inclusive
-    device times; the region path of every node; aggregate per (region path, op name).
+    device times; the region path of every node; aggregate per (region path, op name); the work
+    of the ops whose shapes were recorded, against ``limits`` (default: the ones the trace names,
+    :func:`.roofs.limits_for_trace`).
     """
     from .names import compiled_graph_labels, kernel_labels
 
@@ -193,6 +217,10 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     times = _node_times(trace, tree, device)
     paths = _region_paths(trace, tree)
     by_path = _ops_by_region_path(trace, tree, device, times, paths)
+    if trace.inputs:
+        from .work_by_op import attach_work
+
+        attach_work(by_path, trace, tree, times, paths)
     region_stats = _region_occurrences(tree, paths)
 
     all_rows = [r for rows in by_path.values() for r in rows]
@@ -216,7 +244,13 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None)
     labels.update(kernel_labels([r.name for r in root.rows if r.name.startswith("_Z")]))
     if labels:
         regions = {p: replace(r, labels=labels) for p, r in regions.items()}
-    return replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels)
+    summary = replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels)
+    if not trace.inputs:
+        return summary
+    from .roofline import attach_roofline
+    from .roofs import limits_for_trace
+
+    return attach_roofline(summary, limits if limits is not None else limits_for_trace(trace))
 
 
 @dataclass
@@ -548,7 +582,10 @@ def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> 
     ``device_pct`` is relative to ``pct_base_ns`` (default: these rows' own total).
     """
     merged: dict[str, list] = {}
-    for name, c, d, sd, cp, scp, f, l_, cm, cc in rows:
+    works: dict[str, OpWork] = {}
+    for name, c, d, sd, cp, scp, f, l_, cm, cc, *extra in rows:
+        if extra and extra[0] is not None:
+            works[name] = works[name].combine(extra[0]) if name in works else extra[0]
         acc = merged.get(name)
         if acc is None:
             merged[name] = [c, d, sd, cp, scp, f, l_, cm, cc]
@@ -576,6 +613,7 @@ def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> 
             last_end_ns=l_,
             compile_time_us=cm / _NS_PER_US,
             compile=c > 0 and cc == c,
+            work=works.get(name),
         )
         for name, (c, d, sd, cp, scp, f, l_, cm, cc) in merged.items()
     ]

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._paths import trace_file
 from ..errors import TraceLoadError
-from .kinds import DEVICE_PROCESS, activity_kind, device_label
+from .kinds import CONCRETE_OPS, DEVICE_PROCESS, activity_kind, device_label
 from .memory import MEMORY_EVENT, OOM_EVENT, MemoryRecords
 from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
@@ -46,6 +46,7 @@ class _Args(msgspec.Struct):
     labels: str | None = None  # metadata events: process_labels
     input_dims: Any = msgspec.field(name="Input Dims", default=None)  # record_shapes=True
     input_type: Any = msgspec.field(name="Input type", default=None)
+    concrete: Any = msgspec.field(name="Concrete Inputs", default=None)  # scalar arguments, as strings
     # collectives (record_param_comms, NCCL kernels): what, how much, among how many ranks
     collective_name: str | None = msgspec.field(name="Collective name", default=None)
     in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
@@ -335,9 +336,9 @@ class _Columns:
         self.cat_table: dict[str, int] = {"": 0}
         self.name_id, self.kind, self.start, self.dur = array("q"), array("q"), array("q"), array("q")
         self.thread, self.corr, self.linked, self.category = array("q"), array("q"), array("q"), array("q")
-        self.inputs: dict[int, tuple[list, list]] = {}
+        self.inputs: dict[int, tuple[list, list, list | None]] = {}
         self.collectives: dict[int, tuple] = {}
-        self.input_signatures: dict[tuple[str, str], tuple[list, list]] = {}
+        self.input_signatures: dict[tuple[str, str, str], tuple[list, list, list | None]] = {}
         self.threads: dict[tuple[Any, Any], int] = {}
         self.kind_of: dict[str | None, EventKind] = {}  # categories repeat, events are many
         self.unknown_on: dict[int, tuple[Any, int]] = {}  # position -> (pid, correlation): lanes metadata may claim
@@ -389,7 +390,7 @@ class _Columns:
                 kind = region
             args = ev.args
             if args is not None and args.input_dims is not None and name in INPUT_OPS:
-                inputs[n] = self._shared_inputs(args.input_dims, args.input_type)
+                inputs[n] = self._shared_inputs(args.input_dims, args.input_type, args.concrete if name in CONCRETE_OPS else None)
             if args is not None and args.collective_name:
                 self.collectives[n] = _collective_args(args)
             ext = (args.external_id or args.external_id_lower) if args is not None else 0
@@ -455,16 +456,17 @@ class _Columns:
         cols["time_ns"] = cols["time_ns"] + base
         return MemoryRecords.build(oom=tuple((t + base, b, dt, di) for t, b, dt, di in self.oom), **cols)
 
-    def _shared_inputs(self, dims: Any, types: Any) -> tuple[list, list]:
-        """One (shapes, dtypes) object per distinct signature: a loop records the same shapes
-        thousands of times, and a list per event would cost ~700 bytes each."""
+    def _shared_inputs(self, dims: Any, types: Any, concrete: Any) -> tuple[list, list, list | None]:
+        """One (shapes, dtypes, concrete) object per distinct signature: a loop records the same
+        shapes thousands of times, and a list per event would cost ~700 bytes each."""
+        concrete = list(concrete) if isinstance(concrete, list) else None
         try:
-            key = (repr(dims), repr(types))
+            key = (repr(dims), repr(types), repr(concrete))
         except RecursionError:
-            return (list(dims), list(types or ()))
+            return (list(dims), list(types or ()), concrete)
         shared = self.input_signatures.get(key)
         if shared is None:
-            shared = self.input_signatures[key] = (list(dims), list(types or ()))
+            shared = self.input_signatures[key] = (list(dims), list(types or ()), concrete)
         return shared
 
     def finish(self, doc: _Doc, device: str | None) -> Trace:

@@ -52,8 +52,10 @@ def trace_to_chrome(trace: Trace, path: Path, extra: dict[str, Any] | None = Non
                 device_side = k in _DEVICE_KINDS
                 args: dict[str, Any] = {"correlation": c, "External id": lk} if device_side else {"External id": c}
                 if i in trace.inputs:
-                    dims, types = trace.inputs[i]
+                    dims, types, *concrete = trace.inputs[i]
                     args["Input Dims"], args["Input type"] = dims, types
+                    if concrete and concrete[0] is not None:  # as Kineto writes them: strings
+                        args["Concrete Inputs"] = ["" if v is None else v if isinstance(v, str) else repr(v) for v in concrete[0]]
                 if i in trace.collectives:
                     _add_collective(args, trace.collectives[i])
                 rows.append(

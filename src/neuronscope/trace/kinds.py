@@ -5,11 +5,14 @@ from __future__ import annotations
 import enum
 import re
 
+from .op_families import CONCRETE_OPS, MODELLED_OPS
+
 __all__ = [
     "ACTIVITY_KINDS",
     "activity_kind",
     "device_label",
     "FILTERED_NAMES",
+    "CONCRETE_OPS",
     "INPUT_OPS",
     "POINTWISE_OPS",
     "REDUCTION_OPS",
@@ -149,6 +152,7 @@ REDUCTION_OPS = frozenset({"aten::mean", "aten::sum", "aten::amax", "aten::max",
 INPUT_OPS = (
     POINTWISE_OPS
     | REDUCTION_OPS
+    | MODELLED_OPS
     | frozenset(
         {
             "aten::mm",

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .kinds import activity_kind
+from .kinds import CONCRETE_OPS, activity_kind
 from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
 
 __all__ = ["trace_from_kineto"]
@@ -120,15 +120,31 @@ def _safe_name(event: Any) -> str:
         return "<undecodable name>"
 
 
-def _recorded_inputs(events: Any, names: tuple[str, ...], name_id: np.ndarray) -> dict[int, tuple[list, list]]:
-    """Shapes and dtypes of the few ops the advisor inspects (empty without record_shapes)."""
-    out: dict[int, tuple[list, list]] = {}
+def _recorded_inputs(events: Any, names: tuple[str, ...], name_id: np.ndarray) -> dict[int, tuple[list, list, list | None]]:
+    """Shapes, dtypes (and, for the ops whose work model reads them, scalar arguments) of the
+    ops the advisor and the work models inspect; empty without record_shapes. One shared tuple
+    per distinct signature, as the trace file reader keeps them (a loop repeats its shapes)."""
+    out: dict[int, tuple[list, list, list | None]] = {}
     wanted = [i for i, nm in enumerate(names) if nm in INPUT_OPS]
     if not wanted:
         return out
-    for i in np.flatnonzero(np.isin(name_id, wanted)).tolist():
+    concrete_ids = {i for i, nm in enumerate(names) if nm in CONCRETE_OPS}
+    shared: dict[str, tuple[list, list, list | None]] = {}
+    positions = np.flatnonzero(np.isin(name_id, wanted))
+    for i, nid in zip(positions.tolist(), name_id[positions].tolist()):
         ev = events[i]
         shapes = ev.shapes()
-        if shapes:
-            out[i] = (shapes, ev.dtypes())
+        if not shapes:
+            continue
+        concrete = _concrete(ev) if nid in concrete_ids else None
+        rec = (shapes, ev.dtypes(), concrete)
+        key = repr(rec)
+        out[i] = shared.setdefault(key, rec)
     return out
+
+
+def _concrete(ev: Any) -> list | None:
+    try:
+        return list(ev.concrete_inputs())
+    except (AttributeError, RuntimeError, TypeError):  # older torch, or a value it cannot convert
+        return None

@@ -189,7 +189,7 @@ def _operand_bytes(trace: Any, pos: int) -> list[int] | None:
     rec = trace.inputs.get(pos)
     if rec is None:
         return None
-    shapes, dtypes = rec
+    shapes, dtypes = rec[0], rec[1]
     return [tensor_bytes(s, dtypes[k] if k < len(dtypes) else "float") for k, s in enumerate(shapes)]
 
 

@@ -55,7 +55,7 @@ def fp32_matmul(ctx: Context) -> list:
         ctx.note("matmul/conv precision not checked: profile with record_shapes=True")
         return []
     dev_by_op = _device_ns_by_op(ctx)
-    hits = [p for p, (shapes, dtypes) in recorded.items() if dtypes and str(dtypes[0]) in _FLOAT32]
+    hits = [p for p, (_, dtypes, *_) in recorded.items() if dtypes and str(dtypes[0]) in _FLOAT32]
     if not hits:
         return []
     dev_ns = _inclusive_total(ctx, hits, dev_by_op)
@@ -116,7 +116,7 @@ def matmul_dims_unaligned(ctx: Context) -> list:
     trace = ctx.trace
     recorded = _inputs(ctx, frozenset({"aten::mm", "aten::bmm", "aten::addmm"}))
     hits = []
-    for p, (shapes, dtypes) in recorded.items():
+    for p, (shapes, dtypes, *_) in recorded.items():
         if not dtypes or str(dtypes[0]) not in _HALF:
             continue
         for shape in shapes:

@@ -1,0 +1,152 @@
+"""Each op against the device's limits: achieved FLOP/s and bytes/s, % of the roof, time at the roof.
+
+For the calls of an op whose work is known (:mod:`.work`) and the device's limits
+(:mod:`.roofs`): the time at the roof is ``max(Σ FLOPs/peak(dtype), bytes/bandwidth)`` — what the
+calls would take if the device did their work at its limit — and ``% of roof`` is that over the
+time they took. The bound is the side that sets it: memory when moving the bytes takes longer
+than doing the FLOPs at peak (a low arithmetic intensity), compute otherwise. An op at 70 % of
+its roof or more is *at the limit*: only less work or a lower precision makes it faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from .roofs import DeviceLimits
+from .work import OpWork
+
+if TYPE_CHECKING:
+    from .summary import Summary
+
+__all__ = ["AT_LIMIT_PCT", "Roofline", "RunRoofline", "attach_roofline", "roofline_of", "run_roofline"]
+
+#: at or above this share of its roof an op is at the device's limit
+AT_LIMIT_PCT = 70.0
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One op's calls against the device's roofs."""
+
+    calls: int
+    flops: float
+    bytes: float
+    time_us: float  #: device time of the calls counted
+    achieved_flops_per_s: float
+    achieved_bytes_per_s: float
+    intensity: float | None  #: FLOPs per byte (None: no bytes)
+    bound: str  #: "memory" or "compute": the roof that limits it at this intensity
+    roof_flops_per_s: float  #: the compute roof of its dtype (the dominant one)
+    dtype: str  #: e.g. "matrix/bf16"
+    time_at_roof_us: float
+    pct_of_roof: float  #: 100 × time at the roof / time
+
+    @property
+    def at_limit(self) -> bool:
+        return self.pct_of_roof >= AT_LIMIT_PCT
+
+    @property
+    def time_at_stake_us(self) -> float:
+        """What the calls would save at the roof: the time beyond it."""
+        return max(self.time_us - self.time_at_roof_us, 0.0)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Roofline":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | None:
+    if work is None or limits is None or work.calls <= 0 or work.time_us <= 0 or limits.memory_bandwidth <= 0:
+        return None
+    compute_s = 0.0
+    dominant, dominant_flops = "", -1.0
+    for key, flops in work.flops_by_roof.items():
+        unit, _, dtype = key.partition("/")
+        peak = limits.peak(unit, dtype)
+        if flops > 0 and not peak:
+            return None  # a device with no roof for this work
+        if peak:
+            compute_s += flops / peak
+        if flops > dominant_flops:
+            dominant, dominant_flops = key, flops
+    if not dominant and work.bytes_by_roof:
+        dominant = max(work.bytes_by_roof.items(), key=lambda kv: kv[1])[0]
+    memory_s = work.bytes / limits.memory_bandwidth
+    at_roof_s = max(compute_s, memory_s)
+    seconds = work.time_us / 1e6
+    unit, _, dtype = (dominant or "vector/fp32").partition("/")
+    return Roofline(
+        calls=work.calls,
+        flops=work.flops,
+        bytes=work.bytes,
+        time_us=work.time_us,
+        achieved_flops_per_s=work.flops / seconds,
+        achieved_bytes_per_s=work.bytes / seconds,
+        intensity=(work.flops / work.bytes) if work.bytes > 0 else None,
+        bound="compute" if compute_s > memory_s else "memory",
+        roof_flops_per_s=limits.peak(unit, dtype) or 0.0,
+        dtype=dominant or "vector/fp32",
+        time_at_roof_us=at_roof_s * 1e6,
+        pct_of_roof=100.0 * at_roof_s / seconds,
+    )
+
+
+def attach_roofline(summary: "Summary", limits: DeviceLimits | None) -> "Summary":
+    """The summary with ``limits`` and every row's :class:`Roofline` (regions included)."""
+
+    def one(s: Summary) -> Summary:
+        rows = tuple(replace(r, roofline=roofline_of(r.work, limits)) for r in s.rows)
+        direct = tuple(replace(r, roofline=roofline_of(r.work, limits)) for r in s.direct_rows)
+        return replace(s, rows=rows, direct_rows=direct, limits=limits)
+
+    out = one(summary)
+    if summary.regions:
+        out = replace(out, regions={p: one(r) for p, r in summary.regions.items()})
+    return out
+
+
+@dataclass(frozen=True)
+class RunRoofline:
+    """The run's fraction of the roofs, weighted by time: an MFU and an MBU for any device.
+
+    ``flops_pct`` = Σ FLOPs/peak over the modelled calls ÷ their device time (the MFU of the
+    modelled work); ``bytes_pct`` = Σ bytes/bandwidth ÷ the same time (the MBU); ``roof_pct`` =
+    Σ time at the roof ÷ that time. ``coverage_pct`` is the share of the summary's device time
+    those calls are."""
+
+    flops_pct: float
+    bytes_pct: float
+    roof_pct: float
+    time_us: float
+    coverage_pct: float
+    time_at_stake_us: float
+
+
+def run_roofline(summary: "Summary") -> RunRoofline | None:
+    limits = summary.limits
+    if limits is None:
+        return None
+    t = compute = memory = at_roof = 0.0
+    for r in summary.rows:
+        if r.roofline is None or r.work is None:
+            continue
+        t += r.roofline.time_us
+        memory += r.roofline.bytes / limits.memory_bandwidth
+        for key, flops in r.work.flops_by_roof.items():
+            unit, _, dtype = key.partition("/")
+            peak = limits.peak(unit, dtype)
+            compute += flops / peak if peak else 0.0
+        at_roof += r.roofline.time_at_roof_us
+    if t <= 0:
+        return None
+    seconds = t / 1e6
+    total = summary.total_device_time_us
+    return RunRoofline(
+        flops_pct=100.0 * compute / seconds,
+        bytes_pct=100.0 * memory / seconds,
+        roof_pct=100.0 * at_roof / t,
+        time_us=t,
+        coverage_pct=100.0 * min(t / total, 1.0) if total > 0 else 0.0,
+        time_at_stake_us=max(t - at_roof, 0.0),
+    )

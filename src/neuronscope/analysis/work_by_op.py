@@ -1,0 +1,186 @@
+"""The work of every op call in a trace, summed per summary row (region path, op name).
+
+A chain of ops that repeats one piece of work (``linear -> addmm``, ``conv2d -> convolution ->
+mkldnn_convolution``, ``rms_norm -> pow, mean, ...``) counts it once: on the *outermost* call
+that has a model, with the inclusive device time of everything under it (the kernels its
+children launched are its kernels). Each other call says why it carries no work: counted in
+the op around it, no shapes recorded, or no model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .work import OpCost, OpWork, is_modelled, no_model_reason, op_cost
+
+if TYPE_CHECKING:
+    from ..trace.model import Trace
+
+__all__ = ["attach_work"]
+
+_NO_SHAPES = "no shapes recorded for these calls (profile with record_shapes=True)"
+
+
+def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times: Any, paths: Any) -> None:
+    """Append an :class:`OpWork` to every row tuple of ``by_path`` (summary.py's rows per region)."""
+    m = tree.size
+    names = trace.names
+    n_names = max(len(names), 1)
+    modelled_name = np.fromiter((is_modelled(n) for n in names), dtype=bool, count=len(names))
+    ops = tree.alive & ~tree.is_region if m else np.zeros(0, dtype=bool)
+    cand = np.flatnonzero(ops & modelled_name[tree.name]) if m else np.zeros(0, dtype=np.int64)
+
+    # 1. the cost of each candidate call, once per distinct (op, recorded signature)
+    costs: list[OpCost | str] = []
+    cost_of = np.full(m, -1, dtype=np.int64)
+    seen: dict[tuple[int, int], int] = {}
+    inputs = trace.inputs
+    for node, pos, nid in zip(cand.tolist(), tree.idx[cand].tolist(), tree.name[cand].tolist()):
+        rec = inputs.get(pos)
+        if rec is None:
+            continue
+        key = (nid, id(rec))
+        j = seen.get(key)
+        if j is None:
+            j = seen[key] = len(costs)
+            costs.append(op_cost(names[nid], rec[0], rec[1], rec[2] if len(rec) > 2 else None))
+        cost_of[node] = j
+    ok_cost = np.array([isinstance(c, OpCost) for c in costs] + [False], dtype=bool)
+    flops_c = np.array([c.flops if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
+    bytes_c = np.array([c.bytes if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
+    roof_keys: dict[str, int] = {}
+    roof_c = np.array(
+        [roof_keys.setdefault(c.roof_key, len(roof_keys)) if isinstance(c, OpCost) else -1 for c in costs] + [-1], dtype=np.int64
+    )
+    ok = ok_cost[cost_of]  # cost_of == -1 reads the sentinel (False)
+
+    # 2. the outermost modelled call around each call (-1: none), level by level from the roots
+    around = np.full(m, -1, dtype=np.int64)
+    has_parent = tree.has_parent() if m else np.zeros(0, dtype=bool)
+    for d in range(1, tree.deepest() + 1):
+        level = np.flatnonzero((tree.depth == d) & has_parent)
+        p = tree.parent[level]
+        around[level] = np.where(around[p] >= 0, around[p], np.where(ok[p], p, -1))
+    carrier = ok & (around < 0) & ops
+
+    row_key = paths.of * n_names + tree.name if m else np.zeros(0, dtype=np.int64)
+    works: dict[int, dict[str, Any]] = {}
+
+    # 3. carriers: their work and inclusive device time, per row and per roof
+    c_idx = np.flatnonzero(carrier)
+    if c_idx.size:
+        keys = row_key[c_idx]
+        ci = cost_of[c_idx]
+        uniq, inv = np.unique(keys, return_inverse=True)
+        inv = inv.reshape(-1)
+        k = uniq.size
+        calls = np.bincount(inv, minlength=k)
+        fl = np.bincount(inv, weights=flops_c[ci], minlength=k)
+        by = np.bincount(inv, weights=bytes_c[ci], minlength=k)
+        tm = np.bincount(inv, weights=times.total_dev[c_idx].astype(np.float64), minlength=k)
+        for j, key in enumerate(uniq.tolist()):
+            works[key] = {
+                "calls": int(calls[j]),
+                "flops": float(fl[j]),
+                "bytes": float(by[j]),
+                "time_us": float(tm[j]) / 1e3,
+                "flops_by_roof": {},
+                "bytes_by_roof": {},
+                "family": "",
+                "not_counted": 0,
+                "reason": "",
+            }
+        rk = roof_c[ci]
+        pair = inv * max(len(roof_keys), 1) + rk
+        pu, pinv = np.unique(pair, return_inverse=True)
+        pinv = pinv.reshape(-1)
+        pf = np.bincount(pinv, weights=flops_c[ci], minlength=pu.size)
+        pb = np.bincount(pinv, weights=bytes_c[ci], minlength=pu.size)
+        key_names = list(roof_keys)
+        first_cost = {}
+        for j, c in zip(inv.tolist(), ci.tolist()):
+            first_cost.setdefault(j, c)
+            if len(first_cost) == k:
+                break
+        for j, p in enumerate(pu.tolist()):
+            row, r = divmod(p, max(len(roof_keys), 1))
+            w = works[int(uniq[row])]
+            w["flops_by_roof"][key_names[r]] = float(pf[j])
+            w["bytes_by_roof"][key_names[r]] = float(pb[j])
+        for j, c in first_cost.items():
+            cost = costs[c]
+            assert isinstance(cost, OpCost)
+            works[int(uniq[j])]["family"] = cost.family
+
+    # 4. every other call: why it carries no work here
+    _reasons(works, np.flatnonzero(ops & ~carrier), row_key, cost_of, around, tree, names, modelled_name, costs)
+
+    # 5. onto the rows; an op without a model says so
+    name_ids = {n: i for i, n in enumerate(names)}
+    for path_id, rows in by_path.items():
+        for i, row in enumerate(rows):
+            name = row[0]
+            nid = name_ids.get(name)
+            w = works.get(path_id * n_names + nid) if nid is not None else None
+            if w is not None:
+                rows[i] = row + (OpWork(**w),)
+            else:  # device work no op launched (a graph replay, a communication kernel)
+                rows[i] = row + (OpWork(not_counted=int(row[1]), reason=no_model_reason(name)),)
+
+
+def _empty() -> dict[str, Any]:
+    return {
+        "calls": 0,
+        "flops": 0.0,
+        "bytes": 0.0,
+        "time_us": 0.0,
+        "flops_by_roof": {},
+        "bytes_by_roof": {},
+        "family": "",
+        "not_counted": 0,
+        "reason": "",
+    }
+
+
+def _reasons(
+    works: dict[int, dict[str, Any]],
+    other: np.ndarray,
+    row_key: np.ndarray,
+    cost_of: np.ndarray,
+    around: np.ndarray,
+    tree: Any,
+    names: tuple[str, ...],
+    modelled_name: np.ndarray,
+    costs: list,
+) -> None:
+    """Count, per row, the calls that carry no work and the commonest reason why."""
+    if not other.size:
+        return
+    covered = around[other] >= 0
+    # reason code: 0 counted in the op around it, 1 no model, 2 no shapes, 3 + j the cost j that failed
+    code = np.where(
+        covered, 0, np.where(~modelled_name[tree.name[other]], 1, np.where(cost_of[other] < 0, 2, 3 + cost_of[other]))
+    )
+    anc = np.where(covered, tree.name[np.maximum(around[other], 0)], 0)
+    n_codes, n_names = len(costs) + 3, max(len(names), 1)
+    combo = (row_key[other] * n_codes + code) * n_names + anc
+    uniq, counts = np.unique(combo, return_counts=True)
+    best: dict[int, tuple[int, str]] = {}
+    for c, n in zip(uniq.tolist(), counts.tolist()):
+        rest, a = divmod(c, n_names)
+        key, k = divmod(rest, n_codes)
+        if k == 0:
+            reason = f"counted in {names[a]}, the op around these calls"
+        elif k == 1:
+            reason = no_model_reason(names[key % n_names])
+        elif k == 2:
+            reason = _NO_SHAPES
+        else:
+            reason = str(costs[k - 3])
+        w = works.setdefault(key, _empty())
+        w["not_counted"] += n
+        if n > best.get(key, (0, ""))[0]:
+            best[key] = (n, reason)
+            w["reason"] = reason
