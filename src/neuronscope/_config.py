@@ -34,6 +34,9 @@ class Settings:
     keep_usdt_lines: bool | None = None
     #: the per-process control channel that `neuronscope arm PID` talks to (None: on unless NEURONSCOPE_CONTROL=0)
     control: bool | None = None
+    #: the device's roofs for the roofline (an analysis.roofs.DeviceLimits); None: the device's own
+    #: (a CPU measured once per host, a GPU or NeuronCore from the vendor table)
+    device_limits: Any = None
 
     def control_enabled(self) -> bool:
         if self.control is not None:

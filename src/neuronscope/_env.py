@@ -354,6 +354,12 @@ CONTROL = _bool_var(
     True,
     "the local control channel `neuronscope arm PID` talks to (`configure(control=)` wins)",
 )
+CACHE_DIR = _path_var(
+    "NEURONSCOPE_CACHE_DIR",
+    None,
+    "`$XDG_CACHE_HOME/neuronscope` (`~/.cache/neuronscope`)",
+    "where the CPU's measured limits (the roofline's roofs) are cached, per host, torch version and thread count",
+)
 CONTROL_DIR = _path_var(
     "NEURONSCOPE_CONTROL_DIR",
     None,

@@ -62,6 +62,7 @@ def configure(
     metrics_top_ops: int = _UNSET,
     keep_usdt_lines: bool | None = _UNSET,
     control: bool = _UNSET,
+    device_limits: Any = _UNSET,
 ) -> None:
     """Set process-wide options. Only the arguments given change; all are validated first.
 
@@ -101,6 +102,12 @@ def configure(
     Live profiling: ``control=False`` (or ``NEURONSCOPE_CONTROL=0``) keeps this process from
     opening the local control channel that ``neuronscope arm PID`` uses (see
     docs/production.md, "Profile a live service"); ``ns.arm()`` works either way.
+
+    Roofline: ``device_limits`` are the roofs every op is measured against (docs/roofline.md):
+    a device name from the table (``"NVIDIA H100 SXM5"``), a :class:`DeviceLimits`, or a dict
+    ``{"memory_bandwidth": bytes/s, "peak_flops": {"matrix/bf16": FLOP/s, "vector/fp32": ...}}``.
+    None (the default) uses the device's own: a CPU measured once per host (cached), a GPU or
+    NeuronCore from the vendor table.
     """
     _env.check()  # every NEURONSCOPE_* variable: a typo fails here, where it can be fixed
     changes: dict[str, Any] = {}
@@ -136,10 +143,7 @@ def configure(
         )
         if value is not _UNSET
     }
-    if control is not _UNSET:
-        if not isinstance(control, bool):
-            raise ConfigurationError(f"configure(control={control!r}): use True or False")
-        changes["control"] = control
+    changes.update(_other_changes(control, device_limits))
     if otel_changes:
         _otel.configure_otel(**otel_changes)
     if changes:
@@ -148,6 +152,19 @@ def configure(
         from .capture import control as _control
 
         _control.settings_changed()
+
+
+def _other_changes(control: Any, device_limits: Any) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if control is not _UNSET:
+        if not isinstance(control, bool):
+            raise ConfigurationError(f"configure(control={control!r}): use True or False")
+        changes["control"] = control
+    if device_limits is not _UNSET:
+        from .analysis.roofs import limits_from_user
+
+        changes["device_limits"] = None if device_limits is None else limits_from_user(device_limits)
+    return changes
 
 
 def flush(timeout: float | None = 30.0) -> bool:

@@ -30,6 +30,7 @@ from .diagnosis.model import (
     Step,
     Steps,
 )
+from .roofline import attach_roofline
 from .summary import OpStats, RegionStats, Summary, _build
 
 __all__ = ["TimedSteps", "fold_diagnoses", "fold_summaries"]
@@ -78,6 +79,7 @@ def _row_tuple(r: OpStats) -> tuple:
         r.last_end_ns,
         round(r.compile_time_us * ns),
         r.calls if r.compile else 0,
+        r.work,
     )
 
 
@@ -116,7 +118,7 @@ def fold_summaries(parts: Sequence[Summary]) -> Summary:
         labels.update(s.labels)
     if labels:
         regions = {p: replace(r, labels=labels) for p, r in regions.items()}
-    return replace(
+    folded = replace(
         root,
         regions=regions,
         direct_rows=_build([_row_tuple(r) for s in parts for r in s.direct_rows], device, total_ns).rows,
@@ -124,6 +126,10 @@ def fold_summaries(parts: Sequence[Summary]) -> Summary:
         notes=_unique([n for s in parts for n in s.notes]),
         labels=labels,
     )
+    limits = next((s.limits for s in parts if s.limits is not None), None)
+    if limits is None and not any(r.work is not None for r in folded.rows):
+        return folded
+    return attach_roofline(folded, limits)  # the work adds up; the rooflines are of the sums
 
 
 def _fold_gaps(parts: Sequence[Diagnosis], top_n: int = 5) -> Gaps:

@@ -62,12 +62,14 @@ class DeviceLimits:
         )
 
     def line(self) -> str:
+        from .text import format_rate
+
         best = max(self.peak_flops.items(), key=lambda kv: kv[1], default=None)
-        top = f"{best[1] / _T:,.1f} TFLOP/s {best[0]}" if best else "no FLOP/s roof"
+        top = f"{format_rate(best[1], 'FLOP/s')} {best[0]}" if best else "no FLOP/s roof"
         fp32 = self.peak("matrix", "fp32")
-        fp32_text = f", {fp32 / _T:,.3g} TFLOP/s matrix/fp32" if fp32 and best and best[0] != "matrix/fp32" else ""
+        fp32_text = f", {format_rate(fp32, 'FLOP/s')} matrix/fp32" if fp32 and best and best[0] != "matrix/fp32" else ""
         scope = f" ({self.scope})" if self.scope else ""
-        return f"{self.name}{scope}: {top}{fp32_text}, {self.memory_bandwidth / _G:,.0f} GB/s memory; {self.source}"
+        return f"{self.name}{scope}: {top}{fp32_text}, {format_rate(self.memory_bandwidth, 'B/s')} memory; {self.source}"
 
 
 def _gpu(
@@ -350,46 +352,54 @@ def limits_for_device(name: str, props: dict[str, Any] | None = None) -> DeviceL
     is generic or empty. None: a device not in the table."""
     props = props or {}
     up = (name or "").upper()
+    return _nvidia(up, props) or _amd(up, props) or _neuron(up)
+
+
+def _nvidia(up: str, props: dict[str, Any]) -> DeviceLimits | None:
     mem = float(props.get("totalGlobalMem") or 0)
     sms = int(props.get("numSms") or 0)
-    cc = (props.get("computeMajor"), props.get("computeMinor"))
     if "V100" in up:
         return DEVICES["NVIDIA V100 PCIe" if "PCIE" in up else "NVIDIA V100 SXM2"]
     if "A100" in up:
-        big = "80GB" in up or mem > 60e9
-        if "PCIE" in up:
-            return DEVICES["NVIDIA A100 PCIe 80GB" if big else "NVIDIA A100 PCIe 40GB"]
-        return DEVICES["NVIDIA A100 SXM4 80GB" if big else "NVIDIA A100 SXM4 40GB"]
+        size = "80GB" if "80GB" in up or mem > 60e9 else "40GB"
+        return DEVICES[f"NVIDIA A100 PCIe {size}" if "PCIE" in up else f"NVIDIA A100 SXM4 {size}"]
     if "H100" in up:
         if "NVL" in up:
             return DEVICES["NVIDIA H100 NVL"]
-        if "PCIE" in up or sms == 114:
-            return DEVICES["NVIDIA H100 PCIe"]
-        return DEVICES["NVIDIA H100 SXM5"]
-    if "H200" in up or "GH200" in up:
+        return DEVICES["NVIDIA H100 PCIe" if "PCIE" in up or sms == 114 else "NVIDIA H100 SXM5"]
+    if "H200" in up:
         return DEVICES["NVIDIA H200"]
-    if re.search(r"\bB200\b", up):
-        return DEVICES["NVIDIA B200"]
-    if re.search(r"\bL40S\b", up):
-        return DEVICES["NVIDIA L40S"]
-    if re.search(r"\bL4\b", up):
-        return DEVICES["NVIDIA L4"]
-    if "MI325" in up:
-        return DEVICES["AMD Instinct MI325X"]
-    if "MI300X" in up:
-        return DEVICES["AMD Instinct MI300X"]
+    for pattern, device in ((r"\bB200\b", "NVIDIA B200"), (r"\bL40S\b", "NVIDIA L40S"), (r"\bL4\b", "NVIDIA L4")):
+        if re.search(pattern, up):
+            return DEVICES[device]
+    return None
+
+
+def _amd(up: str, props: dict[str, Any]) -> DeviceLimits | None:
+    mem = float(props.get("totalGlobalMem") or 0)
+    sms = int(props.get("numSms") or 0)
+    cc = (props.get("computeMajor"), props.get("computeMinor"))
+    gcd = "AMD Instinct MI250X (one GCD)" if sms == 110 else "AMD Instinct MI250 (one GCD)"
+    for key, device in (("MI325", "AMD Instinct MI325X"), ("MI300X", "AMD Instinct MI300X"), ("MI210", "AMD Instinct MI210")):
+        if key in up:
+            return DEVICES[device]
     if "MI250X" in up and "MI250X/MI250" not in up:
         return DEVICES["AMD Instinct MI250X (one GCD)"]
     if "MI250" in up:
-        return DEVICES["AMD Instinct MI250X (one GCD)" if sms == 110 else "AMD Instinct MI250 (one GCD)"]
-    if "MI210" in up:
-        return DEVICES["AMD Instinct MI210"]
+        return DEVICES[gcd]
     # ROCm may name the part "AMD Radeon Graphics" or nothing at all: the architecture tells
-    if (not up or "RADEON" in up or up.startswith("AMD")) and cc == (9, 4) and sms == 304:
+    generic = not up or "RADEON" in up
+    if generic and cc == (9, 4) and sms == 304:
         return DEVICES["AMD Instinct MI325X" if mem > 220 * 2**30 else "AMD Instinct MI300X"]
-    if (not up or "RADEON" in up) and cc == (9, 0) and sms in (104, 110):
-        return DEVICES["AMD Instinct MI250X (one GCD)" if sms == 110 else "AMD Instinct MI250 (one GCD)"]
-    return _neuron(up)
+    if generic and cc == (9, 0) and sms in (104, 110):
+        return DEVICES[gcd]
+    return None
+
+
+def neuron_core_limits(instance: str, logical: int | None = None) -> DeviceLimits | None:
+    """A NeuronCore's limits from the instance type (``trn2.48xlarge``) and the logical core size
+    (``NEURON_LOGICAL_NC_CONFIG``; Trn2/Trn3 default to 2 physical cores per logical core)."""
+    return _neuron(instance.upper(), logical)
 
 
 def _neuron(up: str, logical: int | None = None) -> DeviceLimits | None:

@@ -189,6 +189,13 @@ class Summary:
     def __str__(self) -> str:
         return self.table()
 
+    def roofline_table(self, limit: int | None = 20) -> str:
+        """Each op against the device's roofs (``record_shapes=True``): achieved FLOP/s or bytes/s,
+        arithmetic intensity, bound, % of the roof, the time at the roof and the time above it."""
+        from .text import roofline_table
+
+        return roofline_table(self, limit=limit)
+
 
 def _row_from_dict(r: dict[str, Any]) -> OpStats:
     r = dict(r)
@@ -247,10 +254,13 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None,
     summary = replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels)
     if not trace.inputs:
         return summary
+    from .. import _config
     from .roofline import attach_roofline
     from .roofs import limits_for_trace
 
-    return attach_roofline(summary, limits if limits is not None else limits_for_trace(trace))
+    if limits is None:
+        limits = _config.current().device_limits or limits_for_trace(trace)
+    return attach_roofline(summary, limits)
 
 
 @dataclass

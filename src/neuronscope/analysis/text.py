@@ -8,7 +8,7 @@ It reads summaries through the two protocols below rather than importing analysi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class OpStats(Protocol):
@@ -37,7 +37,7 @@ class Summary(Protocol):
     def label(self, name: str) -> str: ...
 
 
-__all__ = ["compile_footer", "device_cells", "format_us", "split_compile_rows", "summary_table"]
+__all__ = ["compile_footer", "device_cells", "format_rate", "format_us", "roofline_table", "split_compile_rows", "summary_table"]
 
 #: compile rows listed under the ops (the heaviest by self CPU time); the rest are counted
 COMPILE_ROWS_SHOWN = 5
@@ -129,3 +129,98 @@ def summary_table(summary: "Summary", limit: int | None = 20, max_name: int = 48
     out.extend(f"warning: {w}" for w in summary.warnings)
     out.extend(summary.notes)
     return "\n".join(out)
+
+
+# -- the roofline table (``summary.roofline_table()``, ``neuronscope show --roofline``) ------------
+def format_rate(value: float, unit: str) -> str:
+    """``1.23e12, "FLOP/s"`` -> ``1.23 TFLOP/s``; ``3.1e10, "B/s"`` -> ``31.0 GB/s``."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_amount(value: float, unit: str) -> str:
+    """FLOPs or bytes: ``4.0e8, "FLOP"`` -> ``400 MFLOP``."""
+    return format_rate(value, unit)
+
+
+ROOFLINE_HEADER = ("Name", "Calls", "Time", "Work", "Achieved", "FLOP/B", "Bound", "% of roof", "At roof", "At stake")
+
+
+def roofline_rows(summary: Any) -> list[Any]:
+    """The rows with a roofline, the most time at stake first."""
+    rows = [r for r in summary.rows if getattr(r, "roofline", None) is not None]
+    return sorted(rows, key=lambda r: (-r.roofline.time_at_stake_us, r.name))
+
+
+def roofline_cells(r: Any) -> tuple[str, ...]:
+    rf = r.roofline
+    work = format_amount(rf.flops, "FLOP") if rf.bound == "compute" else format_amount(rf.bytes, "B")
+    achieved = (
+        format_rate(rf.achieved_flops_per_s, "FLOP/s") if rf.bound == "compute" else format_rate(rf.achieved_bytes_per_s, "B/s")
+    )
+    return (
+        str(rf.calls),
+        format_us(rf.time_us),
+        work,
+        achieved,
+        f"{rf.intensity:.3g}" if rf.intensity is not None else "-",
+        f"{rf.bound} {rf.dtype.split('/')[-1]}",
+        f"{rf.pct_of_roof:.1f}%" + (" at limit" if rf.at_limit else ""),
+        format_us(rf.time_at_roof_us),
+        format_us(rf.time_at_stake_us),
+    )
+
+
+def roofline_footer(summary: Any) -> list[str]:
+    """The device, the run's fraction of its roofs, and what has no roofline and why."""
+    from .roofline import run_roofline
+
+    has_work = any(getattr(r, "work", None) is not None for r in summary.rows)
+    if not has_work:
+        return ["roofline: no shapes recorded: profile with record_shapes=True (~2 us more per op recorded; docs/roofline.md)"]
+    limits = getattr(summary, "limits", None)
+    if limits is None:
+        return ["roofline: unknown device: give its limits with ns.configure(device_limits=...) (docs/roofline.md)"]
+    out = [f"roofs: {limits.line()}"]
+    run = run_roofline(summary)
+    if run is not None:
+        out.append(
+            f"modelled ops: {run.coverage_pct:.0f}% of device time, at {run.roof_pct:.0f}% of their roofs "
+            f"(FLOP/s {run.flops_pct:.1f}% of peak, bytes/s {run.bytes_pct:.1f}% of bandwidth); "
+            f"{format_us(run.time_at_stake_us)} above the roofs"
+        )
+    covered = ("counted in ", "a wrapper", "moves no data")  # their work has a roofline elsewhere, or there is none
+    missing = sorted(
+        (
+            r
+            for r in summary.rows
+            if r.roofline is None
+            and r.self_device_time_us > 0
+            and r.work is not None
+            and r.work.reason
+            and not r.work.reason.startswith(covered)
+        ),
+        key=lambda r: -r.self_device_time_us,
+    )
+    if missing:
+        shown = "; ".join(f"{r.name} ({format_us(r.self_device_time_us)}): {r.work.reason}" for r in missing[:3])
+        out.append(f"no roofline: {shown}" + (f"; +{len(missing) - 3} more" if len(missing) > 3 else ""))
+    return out
+
+
+def roofline_table(summary: Any, limit: int | None = 20, max_name: int = 48) -> str:
+    rows = roofline_rows(summary)
+    shown = rows if limit is None else rows[:limit]
+    body = [(_fit(summary.label(r.name), max_name), *roofline_cells(r)) for r in shown]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(ROOFLINE_HEADER)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    rule = "  ".join("-" * w for w in widths)
+    out = [rule, line(ROOFLINE_HEADER), rule, *(line(b) for b in body), rule] if body else []
+    if len(rows) > len(shown):
+        out.append(f"... {len(rows) - len(shown)} more ops with a roofline")
+    return "\n".join(out + roofline_footer(summary))

@@ -61,6 +61,8 @@ class ProcessOptions:
     memory: str | None = None  #: "on" | "history": the memory stage runs (profile_neuron(memory=...))
     #: a profile that stopped recording at a limit (capture/budget.py): what it covers, events counted here
     coverage: Coverage | None = None
+    #: the device's roofs for the roofline (analysis/roofs.py DeviceLimits); None: the trace's own, if any
+    limits: Any = None
 
 
 def last_run() -> Run | None:
@@ -120,7 +122,7 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
     if options.backend is not None:
         device = options.backend.finish_run(run.name, trace, options.raw_dir, first_call=options.first_call)
         warnings += device.warnings
-    summary = summarize(trace, compiled_functions=compiled_functions())
+    summary = summarize(trace, compiled_functions=compiled_functions(), limits=options.limits)
     summary = replace(summary, warnings=tuple(warnings), notes=device.notes)
     run._publish_summary(summary, trace)
     diagnosis = _diagnose(run, trace, summary, device, options, warnings)

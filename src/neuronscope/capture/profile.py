@@ -675,7 +675,23 @@ class _Capture:
             annotate=self.annotate,
             memory=self.spec.memory,
             coverage=self._coverage(self.run) if self.run is not None and window is None else None,
+            limits=self._device_limits(),
         )
+
+    def _device_limits(self) -> Any:
+        """The roofs a profile with shapes is measured against: configured, else the device's own
+        (a CPU's are measured here once per host, 1-3 s, while no profile records; then cached)."""
+        if not self.spec.torch_options["record_shapes"]:
+            return None
+        configured = _config.current().device_limits
+        if configured is not None:
+            return configured
+        assert self._backend is not None
+        try:
+            return self._backend.device_limits()
+        except Exception as exc:  # noqa: BLE001 - no roofs is a missing column, never a failed run
+            _stats.contain("device limits", exc, name=self.name, warnings=self.run.warn if self.run else None, exc_info=False)
+            return None
 
     def _rank_manifest(self) -> dict[str, Any]:
         info = self.rank_info

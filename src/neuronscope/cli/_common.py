@@ -72,6 +72,8 @@ def op_json(r: OpStats) -> dict[str, Any]:
             "last_end_ns",
             "compile",
             "compile_time_us",
+            "work",
+            "roofline",
         )
     }
 

@@ -15,8 +15,13 @@ from ._group import cli
 @top_option(20)
 @sort_option
 @click.option("--by-region", "-r", is_flag=True, help="Add a table of regions and each region's own op table.")
+@click.option(
+    "--roofline",
+    is_flag=True,
+    help="Each op against the device's roofs (needs a profile with record_shapes=True): % of the roof, time at stake.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema below) instead of tables.")
-def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None:
+def show(path: str, top: int, sort: str, by_region: bool, roofline: bool, as_json: bool) -> None:
     """Show where device time went, per op, in a run directory or Kineto trace.
 
     PATH is a neuronscope run directory (holding manifest.json), any Kineto trace.json /
@@ -47,13 +52,27 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
                     "threshold_ms": float|null, "key": any},
         "baseline": str|null,            # run directory of the normal call compared with
         "explanation": null | Explanation,  # as in `diff --json`, baseline = A
-        "memory": MemoryReport | null    # why memory is high (see docs/memory.md);
-      }                                  # null unless recorded (memory=True)
+        "memory": MemoryReport | null,   # why memory is high (see docs/memory.md);
+                                         # null unless recorded (memory=True)
+        "limits": Limits | null,         # the device's roofs (docs/roofline.md)
+        "roofline": {"flops_pct": float, "bytes_pct": float, "roof_pct": float,
+                     "time_us": float, "coverage_pct": float,
+                     "time_at_stake_us": float} | null   # the run against its roofs
+      }
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
             "self_cpu_time_us": float, "cpu_time_us": float,
             "first_start_ns": int, "last_end_ns": int,      # Unix-epoch ns
-            "compile": bool, "compile_time_us": float}      # compilation (docs/concepts.md)
+            "compile": bool, "compile_time_us": float,      # compilation (docs/concepts.md)
+            "work": Work | null, "roofline": Roofline | null}  # record_shapes=True
+      Work = {"calls": int, "flops": float, "bytes": float, "time_us": float,
+              "flops_by_roof": {"matrix/bf16": float, ...}, "bytes_by_roof": {...},
+              "family": str, "not_counted": int, "reason": str}
+      Roofline = {"calls", "flops", "bytes", "time_us", "achieved_flops_per_s",
+                  "achieved_bytes_per_s", "intensity", "bound": "memory"|"compute",
+                  "roof_flops_per_s", "dtype", "time_at_roof_us", "pct_of_roof"}
+      Limits = {"name": str, "memory_bandwidth": float (bytes/s),
+                "peak_flops": {"matrix/bf16": float (FLOP/s), ...}, "source", "scope"}
     New keys may be added within a schema_version; existing ones keep their meaning.
     """
     src = load_source(path)
@@ -75,10 +94,24 @@ def show(path: str, top: int, sort: str, by_region: bool, as_json: bool) -> None
     if src.diagnosis is not None:
         console.print(diagnosis_renderable(src.diagnosis, memory=src.memory))
         console.print()
+    if roofline:
+        from ..report.terminal import roofline_renderable
+
+        console.print(roofline_renderable(summary, console, top=top or None))
+        return
     console.print(summary_renderable(summary, console, top=top or None, sort=sort))
     if by_region:
         console.print()
         console.print(regions_renderable(summary, console, top=top or None, sort=sort))
+
+
+def _run_roofline_json(s: Any) -> dict[str, Any] | None:
+    from dataclasses import asdict
+
+    from ..analysis.roofline import run_roofline
+
+    run = run_roofline(s)
+    return asdict(run) if run is not None else None
 
 
 def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
@@ -112,6 +145,8 @@ def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "notes": list(s.notes),
         "diagnosis": src.diagnosis.to_dict() if src.diagnosis is not None else None,
         "memory": src.memory.to_dict() if src.memory is not None else None,
+        "limits": s.limits.to_dict() if s.limits is not None else None,
+        "roofline": _run_roofline_json(s),
     }
     if isinstance(src.manifest.get("trigger"), dict):  # captured on demand (arming, a slow call)
         data["trigger"] = src.manifest["trigger"]

@@ -21,7 +21,16 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.text import compile_footer, device_cells, format_us, split_compile_rows
+from ..analysis.text import (
+    ROOFLINE_HEADER,
+    compile_footer,
+    device_cells,
+    format_us,
+    roofline_cells,
+    roofline_footer,
+    roofline_rows,
+    split_compile_rows,
+)
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -254,6 +263,35 @@ def summary_renderable(
         footer.append(f"\n{note}", style="dim")
     heading = [Text(title, style="bold", overflow="ellipsis", no_wrap=True)] if title else []
     return Group(*heading, table, footer)
+
+
+def roofline_renderable(summary: Summary, console: Console, *, top: int | None = 20) -> RenderableType:
+    """Each op against the device's roofs (``show --roofline``): the most time at stake first."""
+    rows = roofline_rows(summary)
+    shown = rows if top is None else rows[:top]
+    cells = [roofline_cells(r) for r in shown]
+    # the name column absorbs the squeeze; then the least telling columns go first
+    priority = {
+        "Calls": 6,
+        "Time": 3,
+        "Work": 7,
+        "Achieved": 4,
+        "FLOP/B": 8,
+        "Bound": 5,
+        "% of roof": 1,
+        "At roof": 9,
+        "At stake": 2,
+    }
+    cols = [_Col(h, priority[h], [c[i] for c in cells]) for i, h in enumerate(ROOFLINE_HEADER[1:])]
+    parts: list[RenderableType] = []
+    if shown:
+        parts.append(_build_table(console, "Name", [summary.label(r.name) for r in shown], cols))
+    footer = Text()
+    if len(rows) > len(shown):
+        footer.append(f"{len(rows) - len(shown)} more ops with a roofline (--top 0 shows all)\n", style="dim")
+    footer.append("\n".join(roofline_footer(summary)))
+    parts.append(footer)
+    return Group(*parts)
 
 
 def regions_renderable(summary: Summary, console: Console, *, top: int | None = 10, sort: str = "self_device") -> RenderableType:

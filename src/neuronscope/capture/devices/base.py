@@ -87,3 +87,8 @@ class DeviceBackend:
     def describe(self) -> dict[str, Any]:
         """Facts about the device for the run manifest."""
         return {"device": self.name}
+
+    def device_limits(self) -> Any:
+        """(calling thread, when a profile with shapes ends) The device's roofs for the roofline
+        (an ``analysis.roofs.DeviceLimits``), or None: a device neuronscope has no figures for."""
+        return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import DeviceBackend
 
 __all__ = ["CpuBackend"]
@@ -9,3 +11,8 @@ __all__ = ["CpuBackend"]
 
 class CpuBackend(DeviceBackend):
     name = "cpu"
+
+    def device_limits(self) -> Any:
+        from .cpu_limits import cpu_limits
+
+        return cpu_limits()  # measured once per host, torch version and thread count (1-3 s), then cached

@@ -43,6 +43,18 @@ class CudaBackend(DeviceBackend):
     def describe(self) -> dict[str, Any]:
         return {"device": self.name, "device_name": torch.cuda.get_device_name(), "cuda": torch.version.cuda}
 
+    def device_limits(self) -> Any:
+        from ...analysis.roofs import limits_for_device
+
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        props = {
+            "numSms": p.multi_processor_count,
+            "totalGlobalMem": p.total_memory,
+            "computeMajor": p.major,
+            "computeMinor": p.minor,
+        }
+        return limits_for_device(p.name, props)
+
     # -- memory ----------------------------------------------------------------------------------
     def memory_start(self, mode: str) -> dict[str, Any]:
         if mode == "history":

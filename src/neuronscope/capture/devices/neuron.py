@@ -519,6 +519,17 @@ class NeuronBackend(DeviceBackend):
             facts["neuron_memory_stats"] = {"start": start, "end": end}
         return facts
 
+    def device_limits(self) -> Any:
+        """A NeuronCore's roofs, by the EC2 instance family (trn1/inf2/trn2/trn3) this runs on."""
+        from ...analysis.roofs import neuron_core_limits
+
+        try:
+            instance = Path("/sys/devices/virtual/dmi/id/product_name").read_text().strip()
+        except OSError:
+            instance = ""
+        lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+        return neuron_core_limits(instance, int(lnc) if lnc and lnc.isdigit() else None)
+
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"device": self.name, "neuron_modes": list(self.options.modes)}
         try:

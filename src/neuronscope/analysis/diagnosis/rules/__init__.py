@@ -94,7 +94,7 @@ def rule(rule_id: str) -> Callable[[Callable[[Context], list[Finding]]], Callabl
 
 def run_rules(ctx: Context) -> list[Finding]:
     from . import compile as _compile  # noqa: F401 - the modules register their rules
-    from . import communication, elementwise, launch, neuron, precision, sync, tidy  # noqa: F401
+    from . import communication, elementwise, launch, neuron, precision, roofline, sync, tidy  # noqa: F401
 
     found: list[Finding] = []
     for rule_id, fn in RULES.items():
