@@ -68,6 +68,9 @@ MEMORY_PEAK = "neuronscope.memory.peak"
 COMMUNICATION_EXPOSED = "neuronscope.communication.exposed"
 #: collective time per profiled call, by ``neuronscope.collective.kind`` (a fixed set of kinds)
 COMMUNICATION_TIME = "neuronscope.communication.time"
+#: a profiled call's modelled ops against the device's roofs (0-1, time-weighted), by
+#: ``neuronscope.roofline.kind``: flops (an MFU), bytes (an MBU), roof (the nearer roof of each op)
+ROOFLINE_FRACTION = "neuronscope.roofline.fraction"
 
 #: OpenTelemetry name -> the series Prometheus holds (opentelemetry-exporter-prometheus and
 #: Prometheus' OTLP receiver agree on these: unit suffix, ``_total`` on counters, ``1`` -> none).
@@ -82,6 +85,7 @@ PROMETHEUS_NAMES = {
     TRIGGERED_CALLS: "neuronscope_profile_triggered_total",
     COMMUNICATION_EXPOSED: "neuronscope_communication_exposed",
     COMMUNICATION_TIME: "neuronscope_communication_time_seconds",
+    ROOFLINE_FRACTION: "neuronscope_roofline_fraction",
 }
 
 # Bucket boundaries. The SDK's default ([0, 5, 10, ... 10000]) is made for milliseconds and
@@ -106,6 +110,7 @@ class _Instruments:
     takes_context: bool
     comm_exposed: Any = None
     comm_time: Any = None  # API >= 1.27: record(..., context=) -> exemplars with the run's trace id
+    roofline: Any = None
 
 
 _lock = threading.Lock()
@@ -181,9 +186,16 @@ def instruments_for(meter_provider: Any) -> _Instruments:
         comm_time = _histogram(
             meter, COMMUNICATION_TIME, "s", "Collective time within one profiled call, by collective kind", OP_TIME_BUCKETS_S
         )
+        roofline = _histogram(
+            meter,
+            ROOFLINE_FRACTION,
+            "1",
+            "Modelled ops of a profiled call against the device's roofs, time-weighted: flops (MFU), bytes (MBU), roof",
+            UTILIZATION_BUCKETS,
+        )
         takes_context = "context" in inspect.signature(op_time.record).parameters
         found = _Instruments(
-            op_time, duration, utilization, diagnosis_runs, step_time, memory_peak, takes_context, comm_exposed, comm_time
+            op_time, duration, utilization, diagnosis_runs, step_time, memory_peak, takes_context, comm_exposed, comm_time, roofline
         )
         _instruments[key] = (_ref(meter_provider), found)
         return found
@@ -298,6 +310,13 @@ def record_run_metrics(run: "RunResult", meter_provider: Any, top_ops: int = DEF
     if summary is not None:
         for name, seconds in _cardinality.ops(run.device, profile, summary.rows, top_ops):
             inst.op_time.record(seconds, base | {"neuronscope.op.name": name}, **kw)
+    if summary is not None and inst.roofline is not None:
+        from ...analysis.roofline import run_roofline
+
+        fractions = run_roofline(summary)  # record_shapes=True on a device with known roofs
+        if fractions is not None:
+            for kind, pct in (("flops", fractions.flops_pct), ("bytes", fractions.bytes_pct), ("roof", fractions.roof_pct)):
+                inst.roofline.record(min(max(pct / 100.0, 0.0), 1.0), base | {"neuronscope.roofline.kind": kind}, **kw)
     memory = run.memory  # profile_neuron(memory=True)
     if memory is not None and memory.allocations:
         inst.memory_peak.record(int(memory.peak_bytes), base | {"neuronscope.memory.device": memory.device}, **kw)

@@ -47,7 +47,7 @@ def _cap(text: str) -> str:
 
 
 def op_attributes(row: "OpStats") -> dict[str, Any]:
-    return {
+    attrs: dict[str, Any] = {
         "neuronscope.op.name": _cap(row.name),
         "neuronscope.op.calls": row.calls,
         "neuronscope.op.device_time_us": row.device_time_us,
@@ -56,6 +56,20 @@ def op_attributes(row: "OpStats") -> dict[str, Any]:
         "neuronscope.op.cpu_time_us": row.cpu_time_us,
         "neuronscope.op.self_cpu_time_us": row.self_cpu_time_us,
     }
+    rf = row.roofline  # record_shapes=True on a device with known roofs
+    if rf is not None:
+        attrs.update(
+            {
+                "neuronscope.op.flops": rf.flops,
+                "neuronscope.op.bytes": rf.bytes,
+                "neuronscope.op.achieved_flops_per_s": rf.achieved_flops_per_s,
+                "neuronscope.op.achieved_bytes_per_s": rf.achieved_bytes_per_s,
+                "neuronscope.op.roof_pct": rf.pct_of_roof,
+                "neuronscope.op.bound": rf.bound,
+                "neuronscope.op.time_at_roof_us": rf.time_at_roof_us,
+            }
+        )
+    return attrs
 
 
 def root_attributes(run: "RunResult", mode: str) -> dict[str, Any]:
@@ -76,6 +90,14 @@ def root_attributes(run: "RunResult", mode: str) -> dict[str, Any]:
             attrs["neuronscope.top_op.device_pct"] = top[0].device_pct
             attrs["neuronscope.top_ops"] = [_cap(r.name) for r in top]
             attrs["neuronscope.top_ops.device_pct"] = [r.device_pct for r in top]
+        from ...analysis.roofline import run_roofline
+
+        fractions = run_roofline(summary)
+        if fractions is not None and summary.limits is not None:
+            attrs["neuronscope.roofline.device"] = _cap(summary.limits.name)
+            attrs["neuronscope.roofline.flops_pct"] = fractions.flops_pct
+            attrs["neuronscope.roofline.bytes_pct"] = fractions.bytes_pct
+            attrs["neuronscope.roofline.roof_pct"] = fractions.roof_pct
     raw = run.manifest.get("neuron", {}) if isinstance(run.manifest.get("neuron"), dict) else {}
     for key in ("neff", "ntff", "other"):
         files = raw.get(f"{key}_files")
