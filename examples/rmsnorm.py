@@ -36,11 +36,38 @@ def device_for_tensors() -> torch.device:
 def profile_variant(name: str, fn, x, weight, steps: int, warmup: int, output_dir: str | None) -> ns.Run:
     for _ in range(warmup):  # the first calls compile (torch.compile, and NEFFs on Neuron)
         fn(x, weight)
-    with ns.profile_neuron(name=name, output_dir=output_dir) as run:
+    # record_shapes: the work of each op (FLOPs, bytes) for the roofline, ~2 us more per op recorded
+    with ns.profile_neuron(name=name, output_dir=output_dir, record_shapes=True) as run:
         for _ in range(steps):
             fn(x, weight)
             ns.step()  # one step per call: per-step times in the diagnosis
     return run
+
+
+def roofline(runs: dict[str, ns.Run], x: torch.Tensor, weight: torch.Tensor, steps: int) -> None:
+    """Where each variant stands against this machine's roofs: an RMSNorm must read x and the
+    weight and write y once, so its time at the memory roof is those bytes / the bandwidth."""
+    limits = next((r.summary.limits for r in runs.values() if r.summary.limits is not None), None)
+    if limits is None:
+        print("\n=== roofline: unknown device (ns.configure(device_limits=...)) ===")
+        return
+    needed = 2 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
+    at_roof_ms = needed / limits.memory_bandwidth * 1e3
+    print(f"\n=== roofline: {limits.line()} ===")
+    print(f"an RMSNorm of x={tuple(x.shape)} moves at least {needed / 2**20:.1f} MiB a step: {at_roof_ms:.3f}ms at the memory roof")
+    print(f"{'variant':<22} {'step p50':>10} {'GB/s':>8} {'% of roof':>10} {'above roof':>11}")
+    for name, run in runs.items():
+        d = run.diagnosis  # a step's wall time: everything the variant costs (dispatch, Python, kernels)
+        step_ms = d.steps.p50_us / 1e3 if d is not None and d.steps is not None else run.summary.total_device_time_us / 1e3 / steps
+        if step_ms <= 0:
+            continue
+        print(
+            f"{name:<22} {step_ms:>8.3f}ms {needed / step_ms / 1e6:>8.1f} {100 * at_roof_ms / step_ms:>9.1f}%"
+            f" {max(step_ms - at_roof_ms, 0):>9.3f}ms"
+        )
+    if "naive" in runs:  # op by op: each of the naive variant's ops moves the whole tensor again
+        print("\nnaive, op by op:")
+        print(runs["naive"].summary.roofline_table(limit=8))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         total_ms = s.total_device_time_us / 1e3
         top_txt = f"{s.label(top.name)} x{top.calls} ({top.device_pct:.1f}%)" if top else "-"
         print(f"{name:<22} {total_ms:>10.3f}ms {total_ms / args.steps:>8.3f}ms {len(s):>5}  {top_txt}")
+    roofline(runs, x, weight, args.steps)
     if "naive" in runs and "torch.compile(naive)" in runs:
         from neuronscope.analysis.diff import diff_summaries, explain_diff
 
