@@ -29,6 +29,8 @@ OP_KEYS = {
     "last_end_ns",
     "compile",
     "compile_time_us",
+    "work",
+    "roofline",
 }
 
 
@@ -74,7 +76,9 @@ def test_show_json_schema_matches_the_run(runner, profiles):
     assert set(data) == {
         "schema_version", "source", "device", "total_device_time_us", "total_cpu_time_us",
         "compile_time_us", "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis", "memory",
+        "limits", "roofline",
     }  # fmt: skip
+    assert data["limits"] is None and data["roofline"] is None  # no record_shapes: no roofline
     assert data["source"] == {"label": "small", "kind": "run", "path": str(profiles.small), "device": "cpu"}
     assert data["device"] == "cpu" and data["sort"] == "self_device" and data["top"] == 3
     assert data["op_count"] == len(summary) > 3

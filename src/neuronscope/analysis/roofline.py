@@ -11,13 +11,10 @@ its roof or more is *at the limit*: only less work or a lower precision makes it
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .roofs import DeviceLimits
 from .work import OpWork
-
-if TYPE_CHECKING:
-    from .summary import Summary
 
 __all__ = ["AT_LIMIT_PCT", "Roofline", "RunRoofline", "attach_roofline", "roofline_of", "run_roofline"]
 
@@ -92,10 +89,10 @@ def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | 
     )
 
 
-def attach_roofline(summary: "Summary", limits: DeviceLimits | None) -> "Summary":
+def attach_roofline(summary: Any, limits: DeviceLimits | None) -> Any:
     """The summary with ``limits`` and every row's :class:`Roofline` (regions included)."""
 
-    def one(s: Summary) -> Summary:
+    def one(s: Any) -> Any:  # a Summary (summary.py imports this module: no import back)
         rows = tuple(replace(r, roofline=roofline_of(r.work, limits)) for r in s.rows)
         direct = tuple(replace(r, roofline=roofline_of(r.work, limits)) for r in s.direct_rows)
         return replace(s, rows=rows, direct_rows=direct, limits=limits)
@@ -123,7 +120,7 @@ class RunRoofline:
     time_at_stake_us: float
 
 
-def run_roofline(summary: "Summary") -> RunRoofline | None:
+def run_roofline(summary: Any) -> RunRoofline | None:
     limits = summary.limits
     if limits is None:
         return None

@@ -69,7 +69,8 @@ class DeviceLimits:
         fp32 = self.peak("matrix", "fp32")
         fp32_text = f", {format_rate(fp32, 'FLOP/s')} matrix/fp32" if fp32 and best and best[0] != "matrix/fp32" else ""
         scope = f" ({self.scope})" if self.scope else ""
-        return f"{self.name}{scope}: {top}{fp32_text}, {format_rate(self.memory_bandwidth, 'B/s')} memory; {self.source}"
+        source = f"; {self.source}" if self.source else ""
+        return f"{self.name}{scope}: {top}{fp32_text}, {format_rate(self.memory_bandwidth, 'B/s')} memory{source}"
 
 
 def _gpu(

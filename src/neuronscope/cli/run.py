@@ -173,6 +173,12 @@ def _apply_run_options(opts: RunOptions) -> None:
 @click.option(
     "--no-windows", is_flag=True, help="Profile the script as one window (up to the event budget) instead of folding windows."
 )
+@click.option(
+    "--record-shapes",
+    is_flag=True,
+    help="Record input shapes: the work of each op (FLOPs, bytes) against the device's roofs (neuronscope show --roofline); ~2 us more per op.",
+)
+@click.option("--with-stack", is_flag=True, help="Record Python stacks: file:line for the gaps and findings of the diagnosis.")
 @click.argument("script", metavar="SCRIPT")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
 def run(
@@ -193,6 +199,8 @@ def run(
     window_seconds: float | None,
     keep: int,
     no_windows: bool,
+    record_shapes: bool,
+    with_stack: bool,
     script: str,
     script_args: tuple[str, ...],
 ) -> int:
@@ -206,6 +214,7 @@ def run(
       neuronscope run --memory train.py   # + the memory peak, who holds it, growth per step
       neuronscope run --window-steps 100 --keep 5 train.py   # a long job: windows of 100 steps
       neuronscope run --duration 60 serve.py                  # record the first minute only
+      neuronscope run --record-shapes train.py  # then: neuronscope show RUN --roofline
 
     Options go before SCRIPT; everything after it is passed to the script. The script's
     output and exit status are preserved; the summary follows on stdout (or -o FILE).
@@ -244,6 +253,8 @@ def run(
             max_events=max_events,
             max_seconds=duration,
             max_steps=max_steps,
+            record_shapes=record_shapes,
+            with_stack=with_stack,
         )
     except ns.DeviceUnavailableError as exc:
         raise Failure(f"--device {device}: {exc}") from exc
