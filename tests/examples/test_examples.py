@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,6 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
+
+
+def cache_dir() -> str:
+    return os.environ.get("NEURONSCOPE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "neuronscope")
 
 
 def test_rmsnorm_example_prints_three_summaries_and_a_comparison(tmp_path):
@@ -31,6 +37,20 @@ def test_rmsnorm_example_prints_three_summaries_and_a_comparison(tmp_path):
     naive_table = out.split("=== naive")[1].split("\n===")[0]
     assert any(line.startswith("aten::mul ") and line.split()[1] == "6" for line in naive_table.splitlines())
     assert len(list(tmp_path.iterdir())) == 3
+    # where each variant stands against this machine's measured roofs: the RMSNorm's compulsory
+    # bytes (x read, y written, the weight read) / its step time, as a share of the bandwidth
+    roof = out.split("=== roofline: ")[1]
+    needed = 2 * (2 * 8 * 256 * 4) + 256 * 4
+    assert f"moves at least {needed / 2**20:.1f} MiB a step" in roof
+    cached = roof.split("cached ")[1].split(" ===")[0]  # the file the measured roofs were read from
+    bandwidth = json.loads((Path(cache_dir()) / cached).read_text())["memory_bandwidth"]
+    for variant in ("naive", "torch.rms_norm", "torch.compile(naive)"):
+        line = next(ln for ln in roof.splitlines() if ln.startswith(variant + " "))
+        step_ms, gbs, pct = float(line.split()[-4].removesuffix("ms")), float(line.split()[-3]), float(line.split()[-2].removesuffix("%"))
+        assert gbs == pytest.approx(needed / step_ms / 1e6, rel=0.02)
+        assert pct == pytest.approx(100 * needed / bandwidth * 1e3 / step_ms, rel=0.02)
+    naive_ops = roof.split("naive, op by op:")[1]
+    assert "aten::mul" in naive_ops and "memory fp32" in naive_ops
 
 
 def test_training_step_example_makes_one_run_per_active_window(tmp_path):

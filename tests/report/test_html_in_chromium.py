@@ -225,3 +225,43 @@ def test_memory_section_renders_chart_peak_and_table(browser, tmp_path, artifact
         page.page.locator("#run-a").screenshot(path=str(artifacts / "memory.png"))
     finally:
         page.close()
+
+
+def test_roofline_renders_points_inside_the_chart(browser, artifacts):
+    """A real CPU profile with shapes, against given limits: the roofline's circles are drawn
+    with a real size, all inside the chart, as are the roofs."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuronscope.analysis.roofs import DeviceLimits
+    from neuronscope.analysis.summary import summarize
+    from neuronscope.trace.kineto import trace_from_kineto
+
+    a, x = torch.randn(1024, 1024), torch.randn(4096, 4096)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.mm(a, a)
+        torch.mul(x, x)
+    limits = DeviceLimits("test cpu", 2e12, {"matrix/fp32": 50e12, "vector/fp32": 5e12})
+    summary = summarize(trace_from_kineto(prof.profiler.kineto_results), limits=limits)
+    plotted = [r.name for r in summary.rows if r.roofline is not None and r.roofline.flops > 0]
+    assert {"aten::mm", "aten::mul"} <= set(plotted)
+    path = write_html(summary, artifacts / "roofline.html")
+    page = _Page(browser, path)
+    try:
+        _check_clean(page)
+        assert page.count("svg.roofline") == 1
+        assert page.count("svg.roofline circle.roof-point") == len(plotted)
+        assert all(w > 0 and h > 0 for w, h in page.bar_sizes("svg.roofline circle.roof-point"))
+        assert page.count("svg.roofline line.roof") == 3  # memory, matrix/fp32, vector/fp32
+        svg = page.page.locator("svg.roofline").bounding_box()
+        assert svg is not None and svg["width"] > 600 and svg["height"] > 200
+        for selector in ("svg.roofline circle.roof-point", "svg.roofline line.roof"):
+            items = page.page.locator(selector)
+            for i in range(items.count()):
+                b = items.nth(i).bounding_box()
+                assert b is not None and b["width"] > 0 and b["height"] >= 0
+                assert svg["x"] <= b["x"] and b["x"] + b["width"] <= svg["x"] + svg["width"], (selector, i, b, svg)
+                assert svg["y"] <= b["y"] and b["y"] + b["height"] <= svg["y"] + svg["height"], (selector, i, b, svg)
+        page.page.locator("#roofline-a").screenshot(path=str(artifacts / "roofline.png"))
+    finally:
+        page.close()

@@ -56,6 +56,14 @@ class Roofline:
 def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | None:
     if work is None or limits is None or work.calls <= 0 or work.time_us <= 0 or limits.memory_bandwidth <= 0:
         return None
+    fp32 = work.flops_by_roof.get("matrix/fp32", 0.0)
+    peak32, tf32 = limits.peak("matrix", "fp32"), limits.peak_flops.get("matrix/tf32")
+    if fp32 and peak32 and tf32 and tf32 > peak32 and fp32 / (work.time_us / 1e6) > 1.05 * peak32:
+        # faster than the device's fp32 peak: the matmuls ran on TF32 tensor cores (torch's
+        # allow_tf32, cuBLAS' default on some builds), so TF32 is the roof they are held to
+        by_roof = dict(work.flops_by_roof)
+        by_roof["matrix/tf32"] = by_roof.pop("matrix/fp32") + by_roof.get("matrix/tf32", 0.0)
+        work = replace(work, flops_by_roof=by_roof)
     compute_s = 0.0
     dominant, dominant_flops = "", -1.0
     for key, flops in work.flops_by_roof.items():

@@ -16,12 +16,18 @@ The models (research: ``notes/issue-28/op_work_models.md``; the table in docs/ro
   its ``output_mask`` asks for.
 * **Attention** (scaled-dot-product and its flash/efficient/cudnn/CPU kernels):
   ``2·B·Hq·pairs·(Dqk + Dv)`` with ``pairs = Sq·Sk``, or the unmasked pairs of a top-left causal
-  mask; the backward is 2.5× (five GEMMs, the recompute included). ``_flash_attention_*`` and
-  ``_efficient_attention_*`` take ``[B, S, H, D]``, the SDPA ops ``[B, H, S, D]``.
-* **Elementwise** ops: 1 FLOP per output element; bytes = tensor inputs + the output.
-* **Reductions**: 1 FLOP per input element (2 for norms, 3 for var/std); bytes = input + output.
+  mask (bottom-right for ``_efficient_attention_*`` with ``custom_mask_type`` 2); the backward is
+  2.5× (five GEMMs, the recompute included). ``_flash_attention_*`` and ``_efficient_attention_*``
+  take ``[B, S, H, D]``, the SDPA ops ``[B, H, S, D]``.
+* **Elementwise** ops: 1 FLOP per output element; bytes = tensor inputs + the output (of the
+  dtype torch gives it: a recorded ``out=`` tensor's, the input's for an in-place op, bool for a
+  comparison, else the promoted dtype of the inputs, where a 0-dim tensor does not widen it).
+* **Reductions**: 1 FLOP per input element (2 for norms, 3 for var/std); bytes = input + output
+  (``max``/``min`` over a dim also write their int64 indices).
 * **Norms** (layer, RMS, batch, group): ~8 FLOPs an element forward, ~10 backward; bytes = input,
-  output, weights and statistics. **Softmax**: ~5 FLOPs an element; bytes = input + output.
+  output and every other tensor argument (weights, biases, batch norm's running statistics); the
+  per-row mean/rstd a layer or RMS norm writes (a C-th of its input) are not counted.
+  **Softmax**: ~5 FLOPs an element; bytes = input + output.
 * **Embedding**: the gathered rows read and written. **Copies**: source read, destination written.
 
 Bytes are the compulsory traffic (each tensor once): a kernel that moves more is below its
@@ -39,11 +45,13 @@ from typing import Any
 
 from ..trace.op_families import (
     ATTENTION,
+    BOOL_OUTPUT,
     CONCRETE_OPS,
     CONV,
     CONV_BACKWARD,
     COPY,
     ELEMENTWISE,
+    ELEMENTWISE_OUT_AT,
     EMBEDDING,
     FILL,
     GEMM,
@@ -235,13 +243,22 @@ def _numel(shape: Any) -> int | None:
     return n
 
 
+#: ``Input type`` names of arguments that are not tensors: torch >= 1.11 writes the first four; torch
+#: 1.8-1.10 wrote the IValue tag (``Int``, ``Bool``, ``Double``, ``GenericList``...) of every non-tensor
+_NOT_TENSOR = frozenset(
+    "Scalar ScalarList TensorList None Int Bool Double ComplexDouble SymInt SymFloat SymBool Tuple String Blob "
+    "GenericList GenericDict Future Await Device Stream Object PyObject Uninitialized Capsule RRef Quantizer "
+    "Generator Enum IntList DoubleList BoolList".split()
+) | {""}
+
+
 def _tensor(shapes: list, dtypes: list, i: int) -> tuple[list[int], str] | None:
     """Argument ``i`` when it is a tensor (a 0-dim tensor has shape ``[]`` and a real dtype)."""
     if i >= len(shapes):
         return None
     t = dtypes[i] if i < len(dtypes) else ""
     s = shapes[i]
-    if not isinstance(s, list) or t in ("", "Scalar", "ScalarList", "TensorList") or not isinstance(t, str):
+    if not isinstance(s, list) or not isinstance(t, str) or t in _NOT_TENSOR:
         return None
     if s and isinstance(s[0], list):  # a tensor list
         return None
@@ -285,7 +302,7 @@ def op_cost(name: str, shapes: list, dtypes: list, concrete: Any = None) -> OpCo
         if name in ATTENTION:
             return _attention(name, shapes, dtypes, concrete)
         if name in ELEMENTWISE:
-            return _elementwise(shapes, dtypes)
+            return _elementwise(name, shapes, dtypes)
         if name in FILL:
             x, t = _need(_tensor(shapes, dtypes, 0), "tensor")
             return OpCost(0.0, float(_bytes(x, t)), "vector", dtype_class(t), "copy")
@@ -347,6 +364,8 @@ def _conv(shapes: list, dtypes: list, concrete: Any) -> OpCost:
     nsp = len(x) - 2
     if nsp < 1 or len(w) != len(x):
         raise _Unknown(f"input {x} and weight {w} are not a convolution's")
+    if any(_value(concrete, i) is None for i in (3, 4, 5)):
+        raise _Unknown("no stride/padding recorded (a trace without Concrete Inputs)")
     stride, padding, dilation = (_ints(_value(concrete, i), nsp, d) for i, d in ((3, 1), (4, 0), (5, 1)))
     transposed = bool(_value(concrete, 6))
     out_pad = _ints(_value(concrete, 7), nsp, 0)
@@ -389,11 +408,17 @@ def _conv_backward(shapes: list, dtypes: list, concrete: Any) -> OpCost:
     return OpCost(float(flops), float(moved), "matrix", dtype_class(tx), "conv")
 
 
-def _causal_pairs(sq: int, sk: int) -> int:
-    """Unmasked (query, key) pairs of torch's top-left causal mask: row i sees keys 0..i."""
-    if sq <= sk:
-        return sq * (sq + 1) // 2
-    return sk * (sk + 1) // 2 + (sq - sk) * sk
+def _causal_pairs(sq: int, sk: int, offset: int = 0) -> int:
+    """Unmasked (query, key) pairs of a causal mask: query row i sees keys 0..i+offset (torch's
+    top-left mask: offset 0; bottom-right, as flash-attn aligns it: offset sk - sq)."""
+    lo, hi = 1 + offset, sq + offset  # keys seen by the first and the last row, before clamping
+
+    def span(a: int, b: int) -> int:  # a + (a+1) + ... + b
+        return (a + b) * (b - a + 1) // 2 if a <= b else 0
+
+    partial = span(max(lo, 1), min(hi, sk))  # rows that see part of the keys
+    full = max(hi - max(lo, sk + 1) + 1, 0) * sk  # rows that see every key
+    return partial + full
 
 
 def _attention(name: str, shapes: list, dtypes: list, concrete: Any) -> OpCost:
@@ -412,13 +437,14 @@ def _attention(name: str, shapes: list, dtypes: list, concrete: Any) -> OpCost:
         sk, dv = k[1], v[3]
     flag = _value(concrete, causal_at)
     causal = bool(flag) if layout != "bshd_mask" else flag in (1, 2)
-    pairs = _causal_pairs(sq, sk) if causal else sq * sk
+    offset = sk - sq if layout == "bshd_mask" and flag == 2 else 0  # custom_mask_type 2: bottom-right
+    pairs = _causal_pairs(sq, sk, offset) if causal else sq * sk
     flops = 2.0 * b * hq * pairs * (d + dv)
     out_bytes = b * hq * sq * dv * _bpe(tq)
     moved = _bytes(q, tq) + _bytes(k, tk) + _bytes(v, tv) + out_bytes
-    if backward:  # read q, k, v, out, grad_out; write grad_q, grad_k, grad_v
+    if backward:  # read q, k, v, out, grad_out; write grad_q, grad_k, grad_v: twice the forward's
         flops *= 2.5
-        moved = 2 * moved + out_bytes
+        moved = 2 * moved
     return OpCost(flops, float(moved), "matrix", dtype_class(tq), "attention")
 
 
@@ -435,22 +461,54 @@ def _broadcast(shapes: list[list[int]]) -> list[int]:
     return out
 
 
-def _elementwise(shapes: list, dtypes: list) -> OpCost:
-    tensors = [t for t in (_tensor(shapes, dtypes, i) for i in range(len(shapes))) if t is not None]
+def _category(dtype: str) -> int:
+    """torch's promotion categories: bool < integer < floating < complex."""
+    if dtype == "bool":
+        return 0
+    if "complex" in dtype:
+        return 3
+    return 2 if dtype in ("float", "double", "c10::Half", "c10::BFloat16") or "Float" in dtype else 1
+
+
+def _result_dtype(tensors: list[tuple[list[int], str]]) -> str:
+    """The dtype torch promotes the inputs to: the dimensioned tensors decide; a 0-dim tensor (a
+    wrapped Python number is one, recorded as ``double``) only when its category is higher."""
+    dimensioned = [t for s, t in tensors if s] or [t for _, t in tensors]
+    best = max(dimensioned, key=lambda t: (_category(t), DTYPE_BYTES.get(t, 0)))
+    scalars = [t for s, t in tensors if not s and _category(t) > _category(best)]
+    if scalars:
+        top = max(scalars, key=_category)
+        return "float" if _category(top) == 2 else top  # a number promotes to the default dtype
+    return best
+
+
+def _elementwise(name: str, shapes: list, dtypes: list) -> OpCost:
+    out_at = ELEMENTWISE_OUT_AT.get(name, len(shapes))
+    tensors = [t for t in (_tensor(shapes, dtypes, i) for i in range(min(out_at, len(shapes)))) if t is not None]
+    outs = [t for t in (_tensor(shapes, dtypes, i) for i in range(out_at, len(shapes))) if t is not None]
     if not tensors:
         raise _Unknown("no recorded tensor")
     out = _broadcast([s for s, _ in tensors])
     n = _numel(out) or 0
-    out_dtype = max((t for _, t in tensors), key=lambda t: (DTYPE_BYTES.get(t, 0), t))
+    if outs:  # the out= tensor says what is written
+        out_dtype = outs[0][1]
+    elif name.endswith("_"):  # in place: written back in self's dtype
+        out_dtype = _need(_tensor(shapes, dtypes, 0), "self")[1]
+    elif name in BOOL_OUTPUT:
+        out_dtype = "bool"
+    else:
+        out_dtype = _result_dtype(tensors)
     moved = sum(_bytes(s, t) for s, t in tensors) + n * _bpe(out_dtype)
-    return OpCost(float(n), float(moved), "vector", dtype_class(tensors[0][1]), "elementwise")
+    # the roof of the dtype the op computes in: where(cond, a, b) and mask * x compute in a's and x's
+    return OpCost(float(n), float(moved), "vector", dtype_class(_result_dtype(tensors)), "elementwise")
 
 
 def _reduce_dims(name: str, dtypes: list, concrete: Any, at: int) -> list[int] | None:
     v = _value(concrete, at)
     if isinstance(v, (list, tuple)) and v:
         return [int(d) for d in v]
-    if isinstance(v, int) and not isinstance(v, bool) and name in INT_DIM:
+    # an int is the dim when keepdim (a bool) follows it: prod(self, dtype) has a dtype code there
+    if isinstance(v, int) and not isinstance(v, bool) and name in INT_DIM and isinstance(_value(concrete, at + 1), bool):
         return [v]
     return None  # every dimension
 
@@ -459,9 +517,10 @@ def _reduction(name: str, shapes: list, dtypes: list, concrete: Any) -> OpCost:
     x, t = _need(_tensor(shapes, dtypes, 0), "input")
     other = _tensor(shapes, dtypes, 1)
     if name in ("aten::max", "aten::min") and other is not None and other[0]:
-        return _elementwise(shapes, dtypes)  # max(a, b): elementwise
+        return _elementwise("aten::maximum", shapes, dtypes)  # max(a, b): elementwise
     per_element, dim_at = REDUCTION[name]
     n = _numel(x) or 0
+    dims = None
     if name in KEEPS_SHAPE:
         n_out = n
     else:
@@ -472,6 +531,8 @@ def _reduction(name: str, shapes: list, dtypes: list, concrete: Any) -> OpCost:
             keep = [s for i, s in enumerate(x) if i not in {d % len(x) for d in dims}]
             n_out = _numel(keep) or 1
     out_bpe = 8 if name in ("aten::argmax", "aten::argmin") else _bpe(t)
+    if name in ("aten::max", "aten::min") and dims is not None:  # max.dim: values and int64 indices
+        out_bpe += 8
     return OpCost(float(per_element * n), float(n * _bpe(t) + n_out * out_bpe), "vector", dtype_class(t), "reduction")
 
 

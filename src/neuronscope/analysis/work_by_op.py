@@ -99,7 +99,7 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
         pf = np.bincount(pinv, weights=flops_c[ci], minlength=pu.size)
         pb = np.bincount(pinv, weights=bytes_c[ci], minlength=pu.size)
         key_names = list(roof_keys)
-        first_cost = {}
+        first_cost: dict[int, int] = {}
         for j, c in zip(inv.tolist(), ci.tolist()):
             first_cost.setdefault(j, c)
             if len(first_cost) == k:
@@ -123,9 +123,9 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
         for i, row in enumerate(rows):
             name = row[0]
             nid = name_ids.get(name)
-            w = works.get(path_id * n_names + nid) if nid is not None else None
-            if w is not None:
-                rows[i] = row + (OpWork(**w),)
+            found = works.get(path_id * n_names + nid) if nid is not None else None
+            if found is not None:
+                rows[i] = row + (OpWork(**found),)
             else:  # device work no op launched (a graph replay, a communication kernel)
                 rows[i] = row + (OpWork(not_counted=int(row[1]), reason=no_model_reason(name)),)
 

@@ -1,10 +1,14 @@
-"""SVG pieces both HTML reports draw (the run report and the per-rank comparison)."""
+"""SVG pieces the HTML reports draw: time axis ticks (the run report and the per-rank comparison), log scales."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from ..analysis.text import format_us
 
-__all__ = ["time_axis_ticks"]
+__all__ = ["LogScale", "time_axis_ticks"]
 
 
 def time_axis_ticks(x0: float, x1: float, axis_h: int, h: int, span_ns: float) -> str:
@@ -15,3 +19,29 @@ def time_axis_ticks(x0: float, x1: float, axis_h: int, h: int, span_ns: float) -
         f'text-anchor="{"start" if k == 0 else "end" if k == 4 else "middle"}">+{format_us(k * span_ns / 4 / 1e3)}</text>'
         for k in range(5)
     )
+
+
+@dataclass(frozen=True)
+class LogScale:
+    """Whole decades ``10**lo .. 10**hi`` onto pixels ``a .. b`` (``b < a`` for a y axis: up is more)."""
+
+    lo: int
+    hi: int
+    a: float
+    b: float
+
+    @classmethod
+    def spanning(cls, values: Iterable[float], a: float, b: float) -> "LogScale":
+        """The decades around the positive ``values``, with at least a factor of 2 to spare each side
+        (so nothing sits on the chart's edge)."""
+        vs = [v for v in values if v > 0] or [1.0]
+        lo, hi = math.floor(math.log10(min(vs) / 2)), math.ceil(math.log10(max(vs) * 2))
+        return cls(lo, hi, a, b)
+
+    def __call__(self, v: float) -> float:
+        return self.a + (math.log10(v) - self.lo) / (self.hi - self.lo) * (self.b - self.a)
+
+    @property
+    def decade_px(self) -> float:
+        """Pixels per decade (negative on a y axis)."""
+        return (self.b - self.a) / (self.hi - self.lo)

@@ -39,6 +39,31 @@ ELEMENTWISE = frozenset(
         "floor ceil round trunc fmod remainder"
     ).split()
 )
+#: where the ``out=`` tensor of an elementwise op's ``.out`` overload is recorded (the number of
+#: arguments of its functional overloads): a tensor at this position or later is the output, not
+#: an input (``aten::add`` ``[[M, N], [M, N], [], [M, N]]`` is ``add.out(self, other, alpha, out)``)
+ELEMENTWISE_OUT_AT: dict[str, int] = {
+    **{
+        "aten::" + n: 1
+        for n in (
+            "abs ceil cos erf exp exp2 expm1 floor hardsigmoid hardswish log log1p logical_not mish neg "
+            "reciprocal relu round rsqrt sigmoid sign silu sin sqrt square tanh trunc"
+        ).split()
+    },
+    **{
+        "aten::" + n: 2
+        for n in (
+            "bitwise_and clamp_max clamp_min div eq fmod ge gelu gt le leaky_relu logical_and lt maximum minimum "
+            "mul ne pow remainder sigmoid_backward silu_backward tanh_backward"
+        ).split()
+    },
+    **{
+        "aten::" + n: 3 for n in "add clamp gelu_backward hardtanh lerp masked_fill softplus sub threshold_backward where".split()
+    },
+    **{"aten::" + n: 4 for n in "addcdiv addcmul elu".split()},
+}
+#: elementwise ops whose output is a bool tensor whatever their inputs are
+BOOL_OUTPUT = frozenset("aten::" + n for n in "eq ne lt le gt ge logical_not logical_and".split())
 FILL = frozenset({"aten::fill_", "aten::zero_"})
 COPY = frozenset({"aten::copy_"})
 #: reductions -> FLOPs per input element, and the index of their ``dim`` argument

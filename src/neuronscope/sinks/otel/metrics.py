@@ -195,7 +195,16 @@ def instruments_for(meter_provider: Any) -> _Instruments:
         )
         takes_context = "context" in inspect.signature(op_time.record).parameters
         found = _Instruments(
-            op_time, duration, utilization, diagnosis_runs, step_time, memory_peak, takes_context, comm_exposed, comm_time, roofline
+            op_time,
+            duration,
+            utilization,
+            diagnosis_runs,
+            step_time,
+            memory_peak,
+            takes_context,
+            comm_exposed,
+            comm_time,
+            roofline,
         )
         _instruments[key] = (_ref(meter_provider), found)
         return found
