@@ -36,7 +36,7 @@ def device_for_tensors() -> torch.device:
 def profile_variant(name: str, fn, x, weight, steps: int, warmup: int, output_dir: str | None) -> ns.Run:
     for _ in range(warmup):  # the first calls compile (torch.compile, and NEFFs on Neuron)
         fn(x, weight)
-    # record_shapes: the work of each op (FLOPs, bytes) for the roofline, ~2 us more per op recorded
+    # record_shapes: the work of each op (FLOPs, bytes) for the roofline, 2-3 us more per op recorded
     with ns.profile_neuron(name=name, output_dir=output_dir, record_shapes=True) as run:
         for _ in range(steps):
             fn(x, weight)

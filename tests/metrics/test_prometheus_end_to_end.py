@@ -98,7 +98,7 @@ def live(tmp_path_factory):
             prom.wait_for(lambda: prom.targets_up(), 30, "the neuronscope endpoint to be up")
             work.t0 = time.time()
 
-            @ns.profile_neuron(name="serve", every=2)
+            @ns.profile_neuron(name="serve", every=2, record_shapes=True)  # + neuronscope.roofline.fraction
             def serve(a):
                 with ns.region("decode"):
                     y = rmsnorm_naive(a, w)
@@ -400,6 +400,6 @@ def test_dashboard_queries_use_the_exporters_real_names(live):
     assert used == set(PROMETHEUS_NAMES.values())
     # ... and each is a series Prometheus scraped from the exporter under exactly that name
     for name in used:
-        histograms_without_unit = ("neuronscope_device_busy", "neuronscope_communication_exposed")
+        histograms_without_unit = ("neuronscope_device_busy", "neuronscope_communication_exposed", "neuronscope_roofline_fraction")
         suffix = "_count" if name.endswith(("_seconds", "_bytes")) or name in histograms_without_unit else ""
         assert _at_end(prom, work, f'{name}{suffix}{{job="{JOB}"}}'), name

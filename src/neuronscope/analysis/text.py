@@ -178,7 +178,7 @@ def roofline_footer(summary: Any) -> list[str]:
     from .roofline import run_roofline
 
     if not any(getattr(r, "work", None) is not None for r in summary.rows):
-        return ["roofline: no shapes recorded: profile with record_shapes=True (~2 us more per op recorded; docs/roofline.md)"]
+        return ["roofline: no shapes recorded: profile with record_shapes=True (2-3 us more per op recorded; docs/roofline.md)"]
     if not any(r.work is not None and r.work.calls > 0 for r in summary.rows):
         return [
             "roofline: no op of this profile has a work model (GEMM, convolution, attention, elementwise, ...; docs/roofline.md)"

@@ -176,7 +176,7 @@ def _apply_run_options(opts: RunOptions) -> None:
 @click.option(
     "--record-shapes",
     is_flag=True,
-    help="Record input shapes: the work of each op (FLOPs, bytes) against the device's roofs (neuronscope show --roofline); ~2 us more per op.",
+    help="Record input shapes: the work of each op (FLOPs, bytes) against the device's roofs (neuronscope show --roofline); 2-3 us more per op recorded.",
 )
 @click.option("--with-stack", is_flag=True, help="Record Python stacks: file:line for the gaps and findings of the diagnosis.")
 @click.argument("script", metavar="SCRIPT")
