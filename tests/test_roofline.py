@@ -80,6 +80,17 @@ def test_this_cpus_roofs_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert cl.cpu_limits() == measured
 
 
+def test_a_measurement_under_load_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEURONSCOPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cl, "_cached", None)
+    ticks = iter([100.0, 100.0 + 50.0])  # other processes: 50 CPU-seconds in a ~2 s measurement
+    monkeypatch.setattr(cl, "_busy_seconds", lambda: next(ticks))
+    limits = cl.cpu_limits()
+    assert limits.source.startswith("measured under load") and "not cached" in limits.source
+    assert not cl.cache_path().exists()
+    assert cl.cpu_limits() is limits  # this process keeps it; a new one measures again
+
+
 def test_on_this_cpu_a_big_elementwise_op_is_memory_bound_and_a_big_matmul_compute_bound():
     with ns.profile_neuron(record_shapes=True) as run:
         x = torch.randn(4096, 4096)  # 64 MiB: far beyond any cache
@@ -176,11 +187,19 @@ def test_spans_and_the_command_line_carry_the_roofline(tmp_path):
     assert attrs["neuronscope.op.flops"] == 3 * 2 * M**3 and attrs["neuronscope.op.roof_pct"] == row.roofline.pct_of_roof
     path = run.path
     wide = {**os.environ, "COLUMNS": "200"}
-    out = subprocess.run([sys.executable, "-m", "neuronscope", "show", str(path), "--roofline"], capture_output=True, text=True, timeout=120, env=wide)
+    out = subprocess.run(
+        [sys.executable, "-m", "neuronscope", "show", str(path), "--roofline"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=wide,
+    )
     assert out.returncode == 0, out.stderr
     assert "aten::mm" in out.stdout and "% of roof" in out.stdout and "compute fp32" in out.stdout
     assert "roofs: test" not in out.stdout and "configured device" in out.stdout  # the limits the run was judged by
-    out = subprocess.run([sys.executable, "-m", "neuronscope", "show", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "neuronscope", "show", str(path), "--json"], capture_output=True, text=True, timeout=120
+    )
     data = json.loads(out.stdout)
     mm = next(o for o in data["ops"] if o["name"] == "aten::mm")
     assert mm["roofline"]["flops"] == 3 * 2 * M**3 and mm["work"]["family"] == "gemm"

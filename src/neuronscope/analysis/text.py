@@ -194,6 +194,12 @@ def roofline_footer(summary: Any) -> list[str]:
             f"(FLOP/s {run.flops_pct:.1f}% of peak, bytes/s {run.bytes_pct:.1f}% of bandwidth); "
             f"{format_us(run.time_at_stake_us)} above the roofs"
         )
+    over = [r.name for r in roofline_rows(summary) if r.roofline.bound == "memory" and r.roofline.pct_of_roof > 100]
+    if over and summary.device == "cpu":
+        out.append(
+            f"above 100% of the memory roof ({', '.join(over[:3])}): their data fit in the CPU's caches, "
+            "faster than the main memory the roof measures"
+        )
     covered = ("counted in ", "a wrapper", "moves no data")  # their work has a roofline elsewhere, or there is none
     missing = sorted(
         (

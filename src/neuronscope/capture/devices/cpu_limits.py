@@ -28,6 +28,9 @@ from ...analysis.roofs import DeviceLimits
 __all__ = ["cache_path", "cpu_limits", "measure_cpu_limits"]
 
 _lock = threading.Lock()
+_UNDER_LOAD = "measured under load"
+#: CPUs' worth of other processes' work during the measurement above which it is not trusted
+_MAX_OTHERS_CPUS = 0.25
 _cached: DeviceLimits | None = None
 _STREAM_BYTES = 128 << 20
 
@@ -46,14 +49,16 @@ def cpu_limits(*, refresh: bool = False) -> DeviceLimits:
     with _lock:
         path = cache_path()
         if not refresh:
-            if _cached is not None and _cached.source.endswith(path.name):
-                return _cached
+            if _cached is not None and (_cached.source.endswith(path.name) or _cached.source.startswith(_UNDER_LOAD)):
+                return _cached  # (measured under load: this process keeps it, the next measures again)
             try:
                 _cached = DeviceLimits.from_dict(json.loads(path.read_text()))
                 return _cached
             except (OSError, ValueError, KeyError, TypeError):
                 pass
         _cached = measure_cpu_limits(source_name=path.name)
+        if _cached.source.startswith(_UNDER_LOAD):
+            return _cached  # not cached: the next profile measures again
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -101,8 +106,26 @@ def _matmul_flops(dtype: torch.dtype) -> float:
     return 2.0 * m**3 / _best(lambda: torch.mm(a, b), 3, 0.5)
 
 
+def _busy_seconds() -> float | None:
+    """CPU seconds all processes have used (Linux /proc/stat), None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def measure_cpu_limits(*, source_name: str = "") -> DeviceLimits:
-    """Measure now (1-3 s): the best of a few streaming passes and matmuls."""
+    """Measure now (1-3 s): the best of a few streaming passes and matmuls. When other processes
+    used more than a quarter of a CPU meanwhile, the figures are kept for this process only."""
+    busy0, own0, wall0 = _busy_seconds(), _own_seconds(), time.monotonic()
     threads = torch.get_num_threads()
     size = _STREAM_BYTES
     avail = available_memory()
@@ -115,10 +138,17 @@ def measure_cpu_limits(*, source_name: str = "") -> DeviceLimits:
         for dtype, key in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
             peaks[f"matrix/{key}"] = _matmul_flops(dtype)
         peaks["vector/fp32"] = peaks["matrix/fp32"]
+    busy1, own1, wall = _busy_seconds(), _own_seconds(), max(time.monotonic() - wall0, 1e-3)
+    others = (busy1 - busy0 - (own1 - own0)) / wall if busy0 is not None and busy1 is not None else 0.0
+    when = f"{time.strftime('%Y-%m-%d')} with torch {torch.__version__}, {threads} threads"
+    if others > _MAX_OTHERS_CPUS:
+        source = f"{_UNDER_LOAD} (other processes used {others:.1f} CPUs) {when}; not cached: measured again by the next process"
+    else:
+        source = f"measured {when}; cached {source_name}"
     return DeviceLimits(
         name=f"CPU of {socket.gethostname() or 'this host'}",
         memory_bandwidth=bandwidth,
         peak_flops=peaks,
-        source=f"measured {time.strftime('%Y-%m-%d')} with torch {torch.__version__}, {threads} threads; cached {source_name}",
+        source=source,
         scope=f"{threads} threads",
     )
