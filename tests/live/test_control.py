@@ -83,6 +83,31 @@ def test_a_running_process_is_armed_from_the_cli_and_its_runs_are_printed(servic
     assert proc.poll() is None  # the service never noticed
 
 
+def test_wait_prints_absolute_run_directories_whatever_the_services_working_directory(ctl_dir, tmp_path):
+    # the documented `neuronscope show "$(neuronscope arm PID --wait)"`, run from elsewhere
+    svc_cwd, cli_cwd = tmp_path / "service", tmp_path / "elsewhere"
+    svc_cwd.mkdir()
+    cli_cwd.mkdir()
+    env = _env(ctl_dir, Path("relative-runs"))  # the service's default kind: relative to its cwd
+    proc = subprocess.Popen([sys.executable, str(SERVICE), "serve", "120"], env=env, stdout=subprocess.PIPE, text=True, cwd=svc_cwd)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ready"), line
+        pid = int(line.split()[1])
+        out = subprocess.run(
+            [sys.executable, "-m", "neuronscope", "arm", str(pid), "--name", "serve", "--timeout", "60", "--wait"],
+            env=env, capture_output=True, text=True, timeout=120, cwd=cli_cwd,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        (printed,) = out.stdout.splitlines()
+        assert Path(printed).is_absolute() and Path(printed).parent == svc_cwd / "relative-runs"
+        shown = subprocess.run([sys.executable, "-m", "neuronscope", "show", printed], env=env, capture_output=True, text=True, timeout=120, cwd=cli_cwd)
+        assert shown.returncode == 0 and "aten::mm" in shown.stdout, shown.stderr
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 def test_list_shows_the_process_with_its_profiles_and_arming(service):
     proc, pid, path, env = service
     out = _cli(env, "arm", "--list")

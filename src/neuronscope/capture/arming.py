@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import weakref
+from pathlib import Path
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,8 @@ class ArmRequest:
                 _expire(self)
             runs = list(self._runs)
             state, inflight = self.state, self._inflight
-        paths = [str(r.path) for r in runs if r.done and r.path is not None]
+        # absolute: the caller (`neuronscope arm --wait`) runs in another working directory
+        paths = [str(Path(r.path).absolute()) for r in runs if r.done and r.path is not None]
         return {
             "id": self.id,
             "state": state,

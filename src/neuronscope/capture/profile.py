@@ -825,8 +825,9 @@ def _make_run_dir(
                 f"neuronscope: cannot write run directories under {output_dir} ({exc.strerror or exc}); "
                 "summaries stay in memory (run.summary). Set output_dir= or NEURONSCOPE_OUTPUT_DIR to a writable path."
             )
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
-            log.warning(message)
+            # once, as a RuntimeWarning (filterable); no logging line too. It is raised on the
+            # output worker, so no frame of the user's is there to point at: one plain line.
+            warnings.warn_explicit(message, RuntimeWarning, "neuronscope", 0, module="neuronscope")
         return None
 
 

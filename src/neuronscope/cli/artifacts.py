@@ -17,31 +17,43 @@ log = logging.getLogger("neuronscope")
 ARTIFACTS_SCHEMA_VERSION = 1
 
 
-def _run_neuron_info(directory: Path) -> dict[str, Any]:
-    """``manifest["neuron"]`` of the run directory DIR is (or holds the raw files of), else {}.
-
-    What only the capture saw (dropped events, the capture modes) lives there, not in the files."""
+def _run_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of the run directory DIR is (or holds the raw files of), else {}."""
     for d in (directory, directory.parent):
         manifest = d / "manifest.json"
         if not manifest.is_file():
             continue
         try:
-            neuron = json.loads(manifest.read_text()).get("neuron")
-        except (OSError, ValueError, AttributeError):
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
             log.debug("neuronscope artifacts: %s not readable", manifest, exc_info=True)
             return {}
-        return neuron if isinstance(neuron, dict) else {}
+        return data if isinstance(data, dict) else {}
     return {}
+
+
+def _run_neuron_info(directory: Path) -> dict[str, Any]:
+    """``manifest["neuron"]``: what only the capture saw (dropped events, the capture modes)."""
+    neuron = _run_manifest(directory).get("neuron")
+    return neuron if isinstance(neuron, dict) else {}
 
 
 def artifacts_report(directory: Path) -> dict[str, Any]:
     """Everything ``artifacts`` shows, as the ``--json`` object (see the command's help)."""
     from ..capture.devices.neuron_artifacts import DroppedEvents, find_artifacts
 
+    device = _run_manifest(directory).get("device")
     info = _run_neuron_info(directory)
     modes = info.get("modes")
     found = find_artifacts(directory, device_mode="device" in modes if isinstance(modes, list) else True)
     problems = found.all_problems()
+    notes = found.all_notes()
+    if device not in (None, "neuron") and not found.groups:
+        # a CPU or GPU run: no device capture was asked for, so none is missing
+        problems = []
+        notes = [
+            f"a {device} run: NEFF/NTFF files exist only for runs on Neuron (Trainium/Inferentia); its trace is trace.json.gz"
+        ]
     dropped = info.get("dropped_events")
     if isinstance(dropped, dict) and dropped.get("dropped"):
         try:
@@ -57,7 +69,7 @@ def artifacts_report(directory: Path) -> dict[str, Any]:
         "profile_root": str(found.profile_root),
         "groups": [g.to_dict() for g in found.groups],
         "problems": problems,
-        "notes": found.all_notes(),
+        "notes": notes,
         "dropped_events": dropped,
         "other_files": list(found.other_files),
         "explorer_commands": found.explorer_commands(),

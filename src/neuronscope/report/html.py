@@ -424,6 +424,8 @@ def _lanes(trace: Trace, device: str) -> tuple[list[_Lane], int]:
 def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     trace = source.trace
     if trace is None:
+        if source.trace_error:  # saved, but truncated or damaged: the summary above is from summary.json
+            return f'<p class="empty timeline-missing">the saved trace could not be read, so no timeline ({_e(source.trace_error)})</p>'
         return '<p class="empty timeline-missing">no trace saved with this run, so no timeline (profile with save_trace=True)</p>'
     lanes, dropped = _lanes(trace, source.device)
     lanes = [ln for ln in lanes if ln.start.size]

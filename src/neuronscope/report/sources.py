@@ -41,6 +41,8 @@ class Source:
     _memory: Any = None
     _memory_tried: bool = False
     _memory_findings: list[Any] = field(default_factory=list)
+    #: why the saved trace could not be read (a truncated or damaged file), None when it was
+    trace_error: str | None = None
 
     @property
     def diagnosis(self) -> Any:
@@ -130,10 +132,11 @@ def _from_run(run: Run) -> Source:
     def load() -> Trace | None:
         try:
             return run.trace
-        except TraceLoadError:
+        except TraceLoadError as exc:
+            source.trace_error = str(exc)
             return None  # a damaged trace must not hide the summary we already have
 
-    return Source(
+    source = Source(
         label=run.name,
         kind="run" if run.path is not None else "memory",
         summary=run.summary,
@@ -144,6 +147,7 @@ def _from_run(run: Run) -> Source:
         _memory=run.memory,
         _memory_tried=True,  # a run's memory report is the saved one (or none)
     )
+    return source
 
 
 def as_source(obj: Any) -> Source:

@@ -8,6 +8,7 @@ first, and op names are shortened with an ellipsis rather than wrapped.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,15 +70,28 @@ SORT_KEYS: dict[str, tuple[Callable[[OpStats], Any], bool]] = {
 _NAME_MIN = 14  # an op name column narrower than this is unreadable
 
 
+#: the width of output that is not a terminal (a CI log, ``-o FILE``, a pipe): full lines, no
+#: name cut short, no hard wrap — a log is read by searching it, not on an 80-column screen
+UNBOUNDED_WIDTH = 100_000
+
+
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
     """A rich Console for stdout (or stderr): colour only on a TTY, none with NO_COLOR set.
 
-    Width comes from the terminal, or ``COLUMNS``, or 80 when output is piped.
+    Width comes from the terminal, or ``COLUMNS``; output that is not a terminal gets full
+    lines (:data:`UNBOUNDED_WIDTH`) unless ``COLUMNS`` says otherwise.
     """
     no_color = os.environ.get("NO_COLOR", "") != ""
+    stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream
+        tty = False
+    width = None if tty or os.environ.get("COLUMNS") else UNBOUNDED_WIDTH
     return Console(
         file=file,
         stderr=stderr,
+        width=width,
         no_color=no_color,
         color_system=None if no_color else "auto",  # NO_COLOR: not even bold/dim escapes
         highlight=False,  # no guessing colours for numbers in plain strings
@@ -193,6 +207,9 @@ def header_renderable(source: Source) -> Text:
         text.append(f"\n{cov.line()}", style="yellow" if cov.stopped else "dim")
     if source.path is not None:
         text.append(f"\n{source.path}", style="dim")
+    if m.get("error"):  # the profiled code raised: the profile stops at the exception
+        message = f": {m['error_message']}" if m.get("error_message") else ""
+        text.append(f"\nthe profiled code raised {m['error']}{message}; the profile covers it up to the exception", style="red")
     if m.get("status") in ("recording", "processing"):
         text.append(
             f"\nincomplete run: its process stopped while {m['status']} (killed, out of memory); what it wrote is shown",
