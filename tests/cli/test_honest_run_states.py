@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -68,3 +69,21 @@ def test_an_unwritable_output_dir_is_said_once(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["complete", "True"]  # nothing the user computed is lost
     assert proc.stderr.count("cannot write run directories") == 1, proc.stderr
+
+
+def test_off_a_terminal_lines_are_whole(tmp_path):
+    # a CI log or -o FILE: no 80-column wrap, no op name cut to fit (two rows once read
+    # "autograd::engine::eval…")
+    lin = torch.nn.Linear(64, 64)
+    with ns.profile_neuron(name="backward", output_dir=tmp_path) as run:
+        lin(torch.randn(32, 64)).sum().backward()
+    assert run.wait(60)
+    long_names = [r.name for r in run.summary.rows if len(r.name) > 40]
+    assert long_names
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-m", "neuronscope", "show", str(run.path), "--top", "0"], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    for name in long_names:
+        assert any(line.startswith(name + " ") for line in out.stdout.splitlines()), name
+    assert "…" not in out.stdout
+    assert any(len(line) > 80 for line in out.stdout.splitlines())  # the verdict on one line
