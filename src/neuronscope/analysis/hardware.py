@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from .work import DTYPE_BYTES as _WORK_DTYPE_BYTES
+
 #: What torch.profiler adds to the host time of each event it records (CPU activity, no
 #: stacks): 136-421 ns per event in a warm profile, ~700 ns in a process's first one
 #: (/tmp-style microbenchmarks: a loop of small ops, profiled vs not, interleaved). Claims
@@ -21,23 +23,9 @@ PROFILER_NS_PER_EVENT = 500
 #: memory traffic (torch 2.13: 2-5 us per op here; the smallest op of a chain tells it better).
 CPU_DISPATCH_NS_MAX = 5_000
 
-#: bytes per element of the dtype names torch's profiler records (``Input type``)
-DTYPE_BYTES = {
-    "float": 4,
-    "double": 8,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "long int": 8,
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-}
+#: bytes per element of the dtype names torch's profiler records (``Input type``): the work
+#: models' table (an unknown name is 4 bytes here, where a guess only sizes a fusion claim)
+DTYPE_BYTES = _WORK_DTYPE_BYTES
 
 
 @functools.cache
