@@ -67,6 +67,7 @@ def test_per_op_figures_follow_from_the_work_and_the_roofs():
 def test_this_cpus_roofs_are_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("NEURONSCOPE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cl, "_cached", None)
+    monkeypatch.setattr(cl, "_busy_seconds", lambda: 0.0)  # a quiet machine (the loaded case: next test)
     measured = cl.cpu_limits()
     path = cl.cache_path()
     assert path.parent == tmp_path and path.is_file()
@@ -99,8 +100,9 @@ def test_on_this_cpu_a_big_elementwise_op_is_memory_bound_and_a_big_matmul_compu
             x.mul(2.0)
             a @ a
     s = run.summary
-    limits = json.loads(cl.cache_path().read_text())
-    assert s.limits is not None and s.limits.memory_bandwidth == limits["memory_bandwidth"]
+    assert s.limits is not None
+    if cl.cache_path().is_file():  # not when the roofs were measured under load (the suite beside it)
+        assert s.limits.memory_bandwidth == json.loads(cl.cache_path().read_text())["memory_bandwidth"]
     mul, mm = s["aten::mul"].roofline, s["aten::mm"].roofline
     assert mul.bound == "memory" and mm.bound == "compute"
     # plausible: a streaming multiply reaches a fair share of the bandwidth measured by a copy,

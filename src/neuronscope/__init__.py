@@ -109,5 +109,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext neuronscope``: registers the ``%%neuronscope`` cell magic, which profiles a
+    cell and shows the run (docs/notebooks.md). Not in ``__all__``: IPython's hook, not an API."""
+    from .capture.magic import load_ipython_extension as load
+
+    load(ipython)
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))

@@ -289,6 +289,13 @@ class Run:
         run._complete(result)
         return run
 
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: name, device, status, run directory, the diagnosis' headline and the
+        top 10 ops (waits for the analysis; a run still capturing says so instead)."""
+        from .analysis.notebook import run_html
+
+        return run_html(self)
+
     def __repr__(self) -> str:
         path = self._result.path if self._result is not None else None
         where = f" path={str(path)!r}" if path else ""

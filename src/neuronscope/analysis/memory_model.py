@@ -137,6 +137,18 @@ class MemoryReport:
             text += "; OUT OF MEMORY"
         return text
 
+    def __repr__(self) -> str:
+        return f"<neuronscope.MemoryReport device={self.device!r} {self.headline()}>"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's terminal: what print() shows
+        p.text(repr(self) if cycle else str(self))
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: the headline and who holds the peak."""
+        from .notebook import memory_html
+
+        return memory_html(self, format_bytes)
+
     def __str__(self) -> str:
         lines = [self.headline()]
         for h in self.at_peak[:5]:

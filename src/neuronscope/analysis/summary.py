@@ -196,6 +196,35 @@ class Summary:
 
         return roofline_table(self, limit=limit)
 
+    def __repr__(self) -> str:
+        from .text import format_us
+
+        region = f" region={self.region_stats.path!r}" if self.region_stats is not None else ""
+        return (
+            f"<neuronscope.Summary device={self.device!r}{region} ops={len(self.rows)} "
+            f"self_device_time={format_us(self.total_device_time_us)}>"
+        )
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's terminal: the table print() shows
+        p.text(repr(self) if cycle else self.table())
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: the op table (20 ops), with a "% of roof" column when rows have a roofline."""
+        from .notebook import summary_html
+
+        return summary_html(self)
+
+    def to_pandas(self) -> Any:
+        """The op table as a pandas DataFrame, one row per op in this summary's order (most self
+        device time first): every field of :class:`OpStats` (``name``, ``calls``, the times in
+        microseconds, ``device_pct``, ``first_start_ns``...), ``label``, and, when present, the
+        work (``work_flops``, ``work_bytes``...) and the roofline (``roofline_pct_of_roof``,
+        ``roofline_bound``, ``roofline_at_limit``...) flattened into columns. Needs pandas
+        (``pip install "neuronscope[notebook]"``)."""
+        from .notebook import summary_frame
+
+        return summary_frame(self)
+
 
 def _row_from_dict(r: dict[str, Any]) -> OpStats:
     r = dict(r)

@@ -379,8 +379,57 @@ class Diagnosis:
         """The 3-5 line verdict the terminal summary starts with."""
         return headline_lines(self)
 
+    def text(self, findings: int | None = 0) -> str:
+        """The diagnosis in words: the 3-5 headline lines (the top finding among them), then the
+        first ``findings`` findings, one a line, most time at stake first; ``findings=None``: every
+        one. ``print(diagnosis)`` is ``text()``: the headline alone, whose top-finding line says
+        how many more there are and how to list them (``print(run.diagnosis.text(findings=None))``;
+        ``diagnosis.findings`` holds them)."""
+        if findings is not None and (not isinstance(findings, int) or isinstance(findings, bool) or findings < 0):
+            from ...errors import ConfigurationError
+
+            raise ConfigurationError(f"Diagnosis.text(findings=...): a non-negative int or None, got {findings!r}")
+        listed = list(self.findings if findings is None else self.findings[:findings])
+        hint = "" if len(listed) >= len(self.findings) else f"; {_ALL_FINDINGS_HINT} lists them"
+        lines = headline_lines(self, more_hint=hint)
+        if listed:
+            lines.append(f"findings ({len(listed)} of {len(self.findings)}, most time at stake first):")
+            lines += [f"  {i}. {finding_line(f)} [{f.severity}]" for i, f in enumerate(listed, 1)]
+        return "\n".join(lines)
+
     def __str__(self) -> str:
-        return "\n".join(self.headline())
+        return self.text()
+
+    def __repr__(self) -> str:
+        return (
+            f"<neuronscope.Diagnosis device={self.device!r} bound_by={self.bound_by!r} "
+            f"busy={self.device_busy_pct:.0f}% window={format_us(self.window_us)} findings={len(self.findings)}>"
+        )
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython's terminal: what print() shows
+        p.text(repr(self) if cycle else self.text())
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows: the headline, then every finding in a table, then the notes."""
+        from ..notebook import diagnosis_html
+
+        return diagnosis_html(self)
+
+    def to_pandas(self, what: str = "findings") -> Any:
+        """One of the diagnosis' tables as a pandas DataFrame:
+
+        - ``"findings"``: one row per finding, most time at stake first (``rule``, ``severity``,
+          ``message``, ``us_at_stake``, ``us_per_step``, ``evidence``);
+        - ``"steps"``: one row per step kept (``index``, ``start_ns``, ``duration_us``,
+          ``device_busy_pct``, ``bound_by``);
+        - ``"gaps"``: the device idle intervals at or above the gap threshold, in time order
+          (``start_ns``, ``offset_us`` from the window's start, ``duration_us``, ``cls``; the
+          longest five also ``step``, ``before``, ``after``, ``host``, ``source``, ``wait``).
+
+        Needs pandas (``pip install "neuronscope[notebook]"``)."""
+        from ..notebook import diagnosis_frame
+
+        return diagnosis_frame(self, what)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -484,7 +533,12 @@ def _stream_wait_why(d: "Diagnosis") -> str:
     return text
 
 
-def headline_lines(d: "Diagnosis") -> list[str]:
+#: how ``print(diagnosis)`` says to list every finding
+_ALL_FINDINGS_HINT = "print(run.diagnosis.text(findings=None))"
+
+
+def headline_lines(d: "Diagnosis", *, more_hint: str = "") -> list[str]:
+    """The headline; ``more_hint`` follows the "+N more" count of the top-finding line."""
     lines: list[str] = []
     where = " of the main thread (no accelerator)" if d.timeline == "cpu_main_thread" else ""
     verdict = VERDICT_WORDS.get(d.bound_by, d.bound_by)
@@ -525,7 +579,7 @@ def headline_lines(d: "Diagnosis") -> list[str]:
     if d.communication is not None:
         lines.append(d.communication.line())
     if d.findings:
-        more = f" (+{len(d.findings) - 1} more)" if len(d.findings) > 1 else ""
+        more = f" (+{len(d.findings) - 1} more{more_hint})" if len(d.findings) > 1 else ""
         lines.append("top finding: " + finding_line(d.findings[0]) + more)
     elif d.gaps.top:
         g = d.gaps.top[0]
