@@ -28,10 +28,20 @@ def flush(timeout: float | None = 30.0) -> bool:
 def _flush_at_exit() -> None:
     # lenient: a malformed value is one warning and the default, never a skipped shutdown
     timeout = _env.EXIT_FLUSH_TIMEOUT.get(lenient=True)
-    if not flush(timeout):
-        log.warning("neuronscope: pending profiles/telemetry not finished within %.0f s at exit", timeout)
-    sinks.shutdown()
+    # Flush and shutdown together keep within the timeout: the OpenTelemetry flush leaves the
+    # shutdown its share and aborts an export still retrying when its time is up (_otel.exiting).
+    with _otel.exiting(timeout):
+        # A failed export was already reported, in one line: the timeout is its consequence.
+        if not flush(timeout) and not _otel.export_failure_reported():
+            log.warning(
+                "neuronscope: pending profiles/telemetry not finished within %g s at exit "
+                "(NEURONSCOPE_EXIT_FLUSH_TIMEOUT); the rest is dropped",
+                timeout,
+            )
+        sinks.shutdown()
 
 
 _otel.start_prometheus_from_environment()  # NEURONSCOPE_PROMETHEUS_PORT; problems are only logged
 atexit.register(_flush_at_exit)
+# ahead of the atexit hooks of the application's OpenTelemetry providers, made after this import
+_otel.exit_handler_first(_flush_at_exit)

@@ -1,25 +1,40 @@
 """OpenTelemetry: the settings ``configure()`` applies, the providers we built (flushed and shut
 down through the sinks), and where the rest lives — :mod:`.export` (the sinks), :mod:`.endpoint`
-(the Prometheus endpoint's lifecycle), :mod:`.spans`, :mod:`.metrics`, :mod:`.providers`."""
+(the Prometheus endpoint's lifecycle), :mod:`.spans`, :mod:`.metrics`, :mod:`.providers`.
+
+At interpreter exit (:func:`exiting`, entered by neuronscope's exit handler) the flush and the
+shutdown of the providers neuronscope built keep within ``NEURONSCOPE_EXIT_FLUSH_TIMEOUT`` in
+all: the flush gets all but the last second (a quarter of the timeout when that is shorter),
+the shutdown the rest; an export still running at the flush's end — a dead or silent endpoint
+being retried — is aborted, so the exporters have nothing left to wait for."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
 
+from . import bounded
 from . import metrics as _metrics
+from . import providers as _providers
 from .endpoint import prometheus_endpoint, set_prometheus, start_prometheus_from_environment, stop_prometheus
 from .export import emit_rank_run
 from .prometheus import parse_port
-from .providers import OtelSettings
+from .providers import OtelSettings, export_failure_reported
 
 __all__ = [
     "capture_parent_context",
     "configure_otel",
     "emit_rank_run",
+    "exit_handler_first",
+    "exiting",
+    "export_failure_reported",
     "flush_providers",
     "prometheus_endpoint",
     "settings",
@@ -56,41 +71,172 @@ def configure_otel(**changes: Any) -> None:
     with _lock:
         old = _settings
         _settings = candidate
+        _prepared[0] = False
     if old.metrics_top_ops != candidate.metrics_top_ops:
         _metrics.reset_cardinality()
     # Providers we built for the old settings are ours to close.
     for provider in old._own:
         if provider is not None:
             _metrics.forget_provider(provider)
-            _safe(provider.shutdown)
+    _shut_down(old._own)
 
 
 def capture_parent_context() -> Any:
-    """The context current on the calling thread (cheap: one contextvar read)."""
+    """The context current on the calling thread (cheap: one contextvar read), at the start of
+    a profile. The first time (for these settings) it also has the providers the profile will
+    be exported to made in the background (:func:`_prepare`); later it notes an application's
+    provider installed since (:func:`exit_handler_first`)."""
+    if not _prepared[0]:
+        _prepare()
+    else:  # a provider the application installed since (a few attribute reads; once per profile)
+        _providers.note_providers_in_use(_settings)
     return otel_context.get_current()
 
 
+_prepared = [False]
+
+
+def _prepare() -> None:
+    """Build neuronscope's own providers now, on the helper thread, rather than when the first
+    profile is exported: that may be at interpreter exit (a script that ends right after its
+    profile), where the SDK can no longer start the threads its providers and resource
+    detectors need. Or note the application's providers, for the same reason: at exit they may
+    be shut down already."""
+    _prepared[0] = True
+    if _providers.wants_own(_settings):
+        bounded.submit(_providers.resolve_providers, _settings)
+    else:  # the application's providers: keep the exit handler ahead of theirs (exit_handler_first)
+        _providers.note_providers_in_use(_settings)
+
+
 def _providers_to_flush() -> list[Any]:
-    tracer_provider, meter_provider = (
-        (_settings.tracer_provider, _settings.meter_provider) if not _settings._own else tuple(_settings._own)
-    )
-    return [p for p in (tracer_provider, meter_provider) if p is not None and hasattr(p, "force_flush")]
+    """The injected providers and the ones we built (the application flushes its global ones)."""
+    found: list[Any] = []
+    for provider in (_settings.tracer_provider, _settings.meter_provider, *_settings._own):
+        if provider is not None and hasattr(provider, "force_flush") and not any(provider is p for p in found):
+            found.append(provider)
+    return found
+
+
+# -- the exit: flush and shutdown within one deadline -----------------------------------------
+
+#: what the shutdown after the exit flush may take (at most; a quarter of a shorter timeout)
+SHUTDOWN_RESERVE_S = 1.0
+
+
+class _Exit:
+    def __init__(self, timeout_s: float) -> None:
+        now = time.monotonic()
+        reserve = min(SHUTDOWN_RESERVE_S, timeout_s / 4)
+        self.deadline = now + timeout_s  # flush and shutdown are over by then
+        self.flush_deadline = self.deadline - reserve
+        self.abort_at = self.deadline - reserve / 2  # a shutdown still running then is aborted
+
+
+_exit: _Exit | None = None
+
+
+@contextmanager
+def exiting(timeout_s: float) -> Iterator[None]:
+    """Inside: neuronscope's exit handler. :func:`flush_providers` and
+    :func:`shutdown_own_providers` keep within ``timeout_s`` from now, together."""
+    global _exit
+    _exit = _Exit(timeout_s)
+    try:
+        yield
+    finally:
+        _exit = None
+        health = getattr(_settings._own, "health", None)
+        if health is not None and health.aborted:
+            health.quiet = True  # an aborted export ending after the handler says nothing more
+
+
+def exit_handler_first(handler: Any) -> None:
+    """Keep the atexit ``handler`` (neuronscope's exit flush) ahead of the SDK's: an
+    application's TracerProvider / MeterProvider registers its own shutdown at exit when it is
+    made, and atexit runs the last registered first — a provider made after neuronscope was
+    imported would be shut down before the profiles still being processed reach it. When a
+    provider neuronscope did not build is first emitted to, ``handler`` is registered again
+    (so it runs before every handler registered until then)."""
+
+    def again() -> None:
+        if _exit is None:  # never while the exit handlers run
+            atexit.unregister(handler)
+            atexit.register(handler)
+
+    _providers.on_external_provider(again)
 
 
 def flush_providers(timeout_s: float | None) -> bool:
+    """``force_flush`` the providers within ``timeout_s`` (None: as long as it takes); False
+    when the time ran out. An export still running then goes on in the background — unless this
+    is the exit, where it is aborted."""
+    ex = _exit
+    deadline = time.monotonic() + (30.0 if timeout_s is None else timeout_s)
+    if ex is not None:
+        deadline = min(deadline, ex.flush_deadline)
+    health = getattr(_settings._own, "health", None)
     ok = True
-    millis = int((timeout_s if timeout_s is not None else 30) * 1000)
     for provider in _providers_to_flush():
-        result = _safe(provider.force_flush, millis)
-        ok = ok and result is not False
+        if ex is not None and health is not None and health.failing and not health.aborted:
+            _abort_own()  # its last export failed (and said so): the exit does not wait for it
+        left = deadline - time.monotonic()
+        if left <= 0:
+            ok = False
+            break
+        if timeout_s is None and ex is None:
+            job = bounded.run_inline(provider.force_flush, int(left * 1000))
+        else:
+            job = bounded.submit(provider.force_flush, int(left * 1000))
+        if not job.done.wait(left) and ex is not None:
+            # the exit's time for the flush is up: stop the export still retrying, and give it
+            # a moment to end (and to say, in its one line, why it failed)
+            _abort_own()
+            job.done.wait(max(ex.abort_at - time.monotonic(), 0.0))
+        if not job.done.is_set():
+            ok = False
+            break  # the next flush would wait behind it
+        if isinstance(job.result, Exception):
+            log.warning("neuronscope: %s failed: %s", getattr(provider.force_flush, "__qualname__", "force_flush"), job.result)
+        ok = ok and job.result is not False and not isinstance(job.result, Exception)
+    if not ok and ex is not None:
+        _abort_own()
     return ok
 
 
+def _abort_own() -> None:
+    health = getattr(_settings._own, "health", None)
+    if health is not None and not health.aborted:
+        _safe(health.abort)
+
+
 def shutdown_own_providers() -> None:
-    """Shut down the providers neuronscope built (never the application's)."""
-    for provider in _settings._own:
-        if provider is not None:
+    """Shut down the providers neuronscope built (never the application's); at exit within the
+    exit deadline."""
+    _shut_down(_settings._own)
+
+
+def _shut_down(own: Any) -> None:
+    providers = [p for p in own if p is not None]
+    if not providers or getattr(own, "closed", False):
+        return
+    try:
+        own.closed = True  # once: the SDK warns on a second shutdown
+    except AttributeError:  # a plain list: nothing remembers it
+        pass
+
+    def shut() -> None:
+        for provider in providers:
             _safe(provider.shutdown)
+
+    ex = _exit
+    if ex is None:
+        shut()
+        return
+    job = bounded.submit(shut)
+    if not job.done.wait(max(ex.abort_at - time.monotonic(), 0.0)):
+        _abort_own()  # e.g. the final metric export meets an endpoint that just died
+        job.done.wait(max(ex.deadline - time.monotonic(), 0.0))
 
 
 def shutdown_providers() -> None:

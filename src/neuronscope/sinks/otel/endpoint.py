@@ -60,7 +60,14 @@ def start_prometheus_from_environment() -> None:
 
 
 def prometheus_endpoint() -> PrometheusEndpoint | None:
-    """The running scrape endpoint (``.url``, ``.port``), or None."""
+    """The running scrape endpoint, or None: ``.url`` (``http://HOST:PORT/metrics``), ``.host``,
+    ``.port`` (the one bound: with ``prometheus_port=0``, the free port picked). Public, for a
+    service to register its scrape target::
+
+        from neuronscope.sinks.otel import prometheus_endpoint
+        ns.configure(prometheus_port=0)
+        print(prometheus_endpoint().url)
+    """
     return _prometheus
 
 

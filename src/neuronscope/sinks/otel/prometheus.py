@@ -139,7 +139,12 @@ class _ExemplarCollector:
 
 
 class PrometheusEndpoint:
-    """A running endpoint: the HTTP server, its registry and the meter provider it serves."""
+    """A running endpoint: the HTTP server, its registry and the meter provider it serves.
+
+    ``url`` (``http://HOST:PORT/metrics``), ``host`` and ``port`` — the port actually bound, also
+    when ``0`` asked for a free one (``requested_port``). Get the running one with
+    ``neuronscope.sinks.otel.prometheus_endpoint()``.
+    """
 
     def __init__(self, port: int, host: str, service_name: str | None) -> None:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -212,5 +217,10 @@ def start_endpoint(port: int, service_name: str | None, *, source: str) -> Prome
                 f"(0 picks a free one) or stop what listens there"
             ) from None
         raise ConfigurationError(f"{source}={port}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    log.info("neuronscope: Prometheus metrics at %s", endpoint.url)
+    if port == 0:
+        # a port the operator could not know otherwise: said where it shows without logging set up
+        # (and in code: neuronscope.sinks.otel.prometheus_endpoint().url)
+        log.warning("neuronscope: serving Prometheus metrics at %s (%s=0: a free port)", endpoint.url, source)
+    else:
+        log.info("neuronscope: serving Prometheus metrics at %s", endpoint.url)
     return endpoint

@@ -7,14 +7,22 @@ Order of precedence (the contrib instrumentations' rules):
    standard ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` variables — providers of our own with
    the official exporters, never installed globally;
 4. otherwise nothing is emitted (and nothing costs anything).
+
+Our own providers are shut down by neuronscope's exit handler, within
+``NEURONSCOPE_EXIT_FLUSH_TIMEOUT`` (:mod:`neuronscope.sinks.otel`), not by the SDK's atexit hooks;
+their exporters' failures make one log line (:class:`_ExportHealth`), not one per retry.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
@@ -22,9 +30,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ... import _env, _stats
 from ...errors import ConfigurationError
+from . import bounded
 from .metrics import DEFAULT_TOP_OPS
 
-__all__ = ["OtelSettings", "resolve_providers"]
+__all__ = ["OtelSettings", "export_failure_reported", "resolve_providers"]
 
 log = logging.getLogger("neuronscope")
 
@@ -101,15 +110,28 @@ def _otlp_installed() -> bool:
     return importlib.util.find_spec("opentelemetry.exporter.otlp") is not None
 
 
+def wants_own(settings: OtelSettings) -> bool:
+    """Whether :func:`resolve_providers` would build providers of our own (now)."""
+    if settings._own or settings.tracer_provider is not None or settings.exporter == "none":
+        return False
+    if _global_tracer_provider() is not None:
+        return False
+    return settings.exporter in ("otlp", "console") or (settings.exporter == "auto" and _env_asks_for_export())
+
+
 def resolve_providers(settings: OtelSettings) -> tuple[Any | None, Any | None]:
     """The (tracer provider, meter provider) to emit to; (None, None) when nothing was asked."""
     tracer = settings.tracer_provider or _global_tracer_provider()
     meter = settings.meter_provider or _global_meter_provider()
+    if tracer is not None or meter is not None:
+        _note_external(tracer, meter)
+        bounded.start_helper()  # now, not at exit: flushes at exit then keep to their deadline
     if tracer is not None or settings.exporter == "none":
         return tracer, meter
     wants = settings.exporter in ("otlp", "console") or (settings.exporter == "auto" and _env_asks_for_export())
     if not wants:
         return None, meter
+    bounded.start_helper()
     with _lock:
         if not settings._own:
             try:
@@ -117,7 +139,7 @@ def resolve_providers(settings: OtelSettings) -> tuple[Any | None, Any | None]:
             except ConfigurationError as exc:
                 # e.g. an unsupported OTEL_EXPORTER_OTLP_PROTOCOL: say it once, then stay quiet.
                 log.warning("neuronscope: OpenTelemetry export disabled: %s", exc)
-                settings._own = [None, None]
+                settings._own = OwnProviders([None, None])
         own_tracer, own_meter = settings._own
     return own_tracer, meter or own_meter
 
@@ -130,10 +152,17 @@ def _protocol() -> str:
     return proto
 
 
-def _build_own(settings: OtelSettings) -> list[Any]:
+class OwnProviders(list):  # type: ignore[type-arg]
+    """``[tracer provider, meter provider]`` neuronscope built, and the exporters behind them."""
+
+    health: _ExportHealth | None = None
+    closed = False  # shut down (once: the SDK warns on a second shutdown)
+
+
+def _build_own(settings: OtelSettings) -> OwnProviders:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.resources import SERVICE_NAME
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
@@ -143,7 +172,7 @@ def _build_own(settings: OtelSettings) -> list[Any]:
     # a rank of a torchrun job: service.instance.id (instead of the SDK's random one), host.name,
     # rank...; what OTEL_RESOURCE_ATTRIBUTES sets wins
     attrs = {**rank_resource_attributes(), **attrs}
-    resource = Resource.create(attrs)  # reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES
+    resource = _resource(attrs)  # reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES
     span_exporter: SpanExporter
     metric_exporter: MetricExporter
     if settings.exporter == "console":
@@ -152,13 +181,74 @@ def _build_own(settings: OtelSettings) -> list[Any]:
         if not _otlp_installed():
             raise ConfigurationError(_INSTALL_HINT)
         span_exporter, metric_exporter = _otlp_exporters(settings.endpoint)
-    tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(
-        BatchSpanProcessor(CountingSpanExporter(span_exporter), max_queue_size=SPAN_QUEUE_SIZE, max_export_batch_size=512)
+        _QUIET.install()
+    health = _ExportHealth()
+    spans, metrics_out = CountingSpanExporter(span_exporter, health), CountingMetricExporter(metric_exporter, health)
+    # shutdown_on_exit=False: the SDK's atexit hooks would run BEFORE neuronscope's exit handler
+    # (atexit is last-in first-out, and these are made after it is registered), so that handler's
+    # flush would meet shut-down providers: "Exporter already shutdown", a failed metric export,
+    # "shutdown can only be called once". neuronscope's exit handler flushes and then shuts them
+    # down, within NEURONSCOPE_EXIT_FLUSH_TIMEOUT (shutdown_own_providers).
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(spans, max_queue_size=SPAN_QUEUE_SIZE, max_export_batch_size=512))
+    reader = PeriodicExportingMetricReader(metrics_out, export_interval_millis=10_000)
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    own = OwnProviders([tracer_provider, meter_provider])
+    own.health = health
+    return own
+
+
+def _resource(attrs: dict[str, Any]) -> Any:
+    from opentelemetry.sdk import resources
+
+    try:
+        return resources.Resource.create(attrs)
+    except RuntimeError:
+        # "cannot schedule new futures after interpreter shutdown": the SDK runs its resource
+        # detectors on a thread pool, which is closed once the interpreter exits — when the first
+        # profile to export ended just before the exit. The same detectors, inline.
+        build = getattr(resources, "_build_resource_detectors", None)
+        detectors = build() if build is not None else [resources.OTELResourceDetector()]
+        resource = getattr(resources, "_DEFAULT_RESOURCE", resources.Resource.get_empty())
+        for detector in detectors:
+            try:
+                resource = resource.merge(detector.detect())
+            except Exception as exc:  # noqa: BLE001 - as the SDK: a failing detector is skipped
+                log.debug("neuronscope: resource detector %r failed: %r", detector, exc)
+        resource = resource.merge(resources.Resource(attrs))
+        if not resource.attributes.get(resources.SERVICE_NAME):
+            resource = resource.merge(resources.Resource({resources.SERVICE_NAME: "unknown_service"}))
+        return resource
+
+
+# -- where the OTLP exporters send ----------------------------------------------------------
+
+#: the paths OTLP/HTTP appends to a base URL (OTEL_EXPORTER_OTLP_ENDPOINT) for each signal
+_SIGNAL_PATHS = ("/v1/traces", "/v1/metrics", "/v1/logs")
+
+
+def http_base_url(url: str, source: str) -> str:
+    """``url`` as an OTLP/HTTP *base* URL: one given with a signal path (``.../v1/traces``) has
+    it removed, with a warning that says so. The OpenTelemetry specification appends the signal
+    path to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (and to ``otlp_endpoint``): kept, it would post to
+    ``/v1/traces/v1/traces`` and get a 404."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    signal = next((p for p in _SIGNAL_PATHS if path.endswith(p)), None)
+    if signal is None:
+        return urlunsplit(parts._replace(path=path))
+    base = urlunsplit(parts._replace(path=path[: -len(signal)]))
+    fix = (
+        f"set OTEL_EXPORTER_OTLP_ENDPOINT={base}, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={url} (a signal's own variable is used as is)"
+        if source == "OTEL_EXPORTER_OTLP_ENDPOINT"
+        else f"pass {source}={base!r}"
     )
-    reader = PeriodicExportingMetricReader(CountingMetricExporter(metric_exporter), export_interval_millis=10_000)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-    return [tracer_provider, meter_provider]
+    log.warning(
+        "neuronscope: %s=%s ends in the signal path %s, but it is a base URL that /v1/traces and /v1/metrics are "
+        "appended to; sending to %s/v1/traces and %s/v1/metrics instead. To silence this, %s",
+        source, url, signal, base, base, fix,
+    )  # fmt: skip
+    return base
 
 
 def _otlp_exporters(endpoint: str | None) -> tuple[SpanExporter, MetricExporter]:
@@ -166,6 +256,7 @@ def _otlp_exporters(endpoint: str | None) -> tuple[SpanExporter, MetricExporter]
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
+        # gRPC takes host:port from the URL (a path is ignored, so nothing to correct)
         if endpoint:
             insecure = endpoint.startswith("http://")
             return OTLPSpanExporter(endpoint=endpoint, insecure=insecure), OTLPMetricExporter(
@@ -176,69 +267,239 @@ def _otlp_exporters(endpoint: str | None) -> tuple[SpanExporter, MetricExporter]
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
     if endpoint:
-        base = endpoint.rstrip("/")
+        base = http_base_url(endpoint, "otlp_endpoint")
         return HttpSpanExporter(endpoint=base + "/v1/traces"), HttpMetricExporter(endpoint=base + "/v1/metrics")
-    return HttpSpanExporter(), HttpMetricExporter()
+    # From the environment. A signal's own variable (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is used
+    # as is and read by the exporter itself; the base URL has its signal paths appended.
+    traces_own = _env.env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
+    metrics_own = _env.env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", None)
+    env_base = _env.env_str("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    if not env_base or (traces_own and metrics_own):
+        return HttpSpanExporter(), HttpMetricExporter()
+    env_url = http_base_url(env_base, "OTEL_EXPORTER_OTLP_ENDPOINT")
+    return (
+        HttpSpanExporter() if traces_own else HttpSpanExporter(endpoint=env_url + "/v1/traces"),
+        HttpMetricExporter() if metrics_own else HttpMetricExporter(endpoint=env_url + "/v1/metrics"),
+    )
 
 
-class _LogOnce:
+# -- the exporters' failures: one line --------------------------------------------------------
+
+
+class _QuietExporterLogs(logging.Filter):
+    """Holds back what the exporter libraries log while one of OUR exporters exports or shuts
+    down on this thread: the OTLP exporters log each retry ("Transient error ... retrying in
+    2.19s"), each failure and each call after shutdown through their own module loggers — about
+    twenty lines for one dead endpoint. The first record held back is kept as the reason of
+    neuronscope's one "export failed" line. Records on other threads — the application's own
+    exporters — pass untouched, and DEBUG always passes."""
+
+    #: logger name prefixes of what our exporters call into
+    PREFIXES = ("opentelemetry.exporter", "urllib3")
+
     def __init__(self) -> None:
-        self._logged = False
+        super().__init__("neuronscope-quiet-exporters")
+        self._local = threading.local()
 
-    def __call__(self, msg: str, *args: Any) -> None:
-        if not self._logged:
-            self._logged = True
-            log.warning(msg + " (further export failures are counted in neuronscope.stats()['telemetry_dropped'])", *args)
+    def filter(self, record: logging.LogRecord) -> bool:
+        held: list[str] | None = getattr(self._local, "held", None)
+        if held is None or record.levelno <= logging.DEBUG:
+            return True
+        held.append(record.getMessage())
+        return False
+
+    @contextmanager
+    def holding(self) -> Iterator[list[str]]:
+        outer = getattr(self._local, "held", None)
+        held: list[str] = []
+        self._local.held = held
+        try:
+            yield held
+        finally:
+            self._local.held = outer
+
+    def install(self) -> None:
+        """On every exporter logger that exists (called once the exporters are imported)."""
+        manager = logging.Logger.manager
+        for name in list(manager.loggerDict):
+            if name.startswith(self.PREFIXES):
+                logger = logging.getLogger(name)
+                if self not in logger.filters:
+                    logger.addFilter(self)
+
+
+_QUIET = _QuietExporterLogs()
+_reported = threading.Event()  # an export failure was logged (the exit handler then says no more)
+
+
+def export_failure_reported() -> bool:
+    """Whether neuronscope has logged that an export of its own providers failed."""
+    return _reported.is_set()
+
+
+class _ExportHealth:
+    """The exporters of one pair of own providers: their failures make ONE warning (the first,
+    with the exporter's own reason), the rest are counted in ``stats()['telemetry_dropped']``;
+    :meth:`abort` stops them at the exit deadline."""
+
+    def __init__(self) -> None:
+        self.exporters: list[Any] = []
+        self.aborted = False
+        self.failing = False  # the last export failed (the exit does not wait for such an endpoint)
+        self.quiet = False  # set after the exit handler: nothing may be printed any more
+        self._logged = threading.Event()
+
+    def succeeded(self) -> None:
+        self.failing = False
+
+    def failed(self, target: str, held: list[str], exc: BaseException | None = None) -> None:
+        self.failing = True
+        if self._logged.is_set() or self.quiet:
+            return
+        self._logged.set()
+        if exc is not None:
+            reason = repr(exc)
+        elif self.aborted:
+            # what the abort itself made the exporter say ("Shutdown in progress") is no reason
+            held = [m for m in held if "shutdown" not in m.lower()]
+            reason = _reason(held) + ", stopped at exit" if held else "not sent within NEURONSCOPE_EXIT_FLUSH_TIMEOUT at exit"
+        else:
+            reason = _reason(held)
+        _reported.set()
+        log.warning(
+            "neuronscope: OTLP export to %s failed: %s. Telemetry is dropped while it fails "
+            "(counted in neuronscope.stats()['telemetry_dropped'])",
+            target, reason,
+        )  # fmt: skip
+
+    def abort(self) -> None:
+        """Stop every export now: retries are abandoned, later batches fail at once."""
+        self.aborted = True
+        for exporter in self.exporters:
+            exporter.shutdown()
+
+
+def _reason(held: list[str]) -> str:
+    """The gist of what the exporter logged first: "connection refused", "HTTP 404 Not Found"
+    (with a hint), else the message itself, shortened."""
+    if not held:
+        return "the exporter reported a failure"
+    first = " ".join(held[0].split())
+    errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", first)
+    if errno:
+        return errno.group(1).strip().rstrip(".")
+    grpc = re.search(r"(StatusCode\.\w+).*?error details: (.+)$", first, re.IGNORECASE)
+    if grpc:
+        first = f"{grpc.group(1)}: {grpc.group(2)}"
+    status = re.search(r"code: (\d{3}), reason: ([^,]*)", first)
+    if status:
+        text = f"HTTP {status.group(1)} {status.group(2).strip()}".rstrip()
+        if status.group(1) == "404":
+            text += (
+                " (OTEL_EXPORTER_OTLP_ENDPOINT and otlp_endpoint are base URLs, http://host:4318, to which "
+                "/v1/traces is appended; OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is the full URL)"
+            )
+        return text
+    return first if len(first) <= 300 else first[:299] + "…"
 
 
 class CountingSpanExporter(SpanExporter):
     """Wraps an exporter: a failed export is counted and logged once, never raised."""
 
-    def __init__(self, inner: SpanExporter) -> None:
+    def __init__(self, inner: SpanExporter, health: _ExportHealth | None = None) -> None:
         self.inner = inner
-        self._warn = _LogOnce()
+        self.health = health or _ExportHealth()
+        self.health.exporters.append(self)
+        self.target = _target(inner)
+        self._shut = threading.Event()
 
     def export(self, spans: Any) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception as exc:  # noqa: BLE001 - telemetry must never fail loudly
-            result = SpanExportResult.FAILURE
-            self._warn("neuronscope: span export raised %r", exc)
-        if result is not SpanExportResult.SUCCESS:
+        error = None
+        with _QUIET.holding() as held:
+            try:
+                result = self.inner.export(spans)
+            except Exception as exc:  # noqa: BLE001 - telemetry must never fail loudly
+                result, error = SpanExportResult.FAILURE, exc
+        if result is SpanExportResult.SUCCESS:
+            self.health.succeeded()
+        else:
             _stats.record("telemetry_dropped", len(spans))
-            self._warn("neuronscope: span export to %s failed; %d spans dropped", _target(self.inner), len(spans))
+            self.health.failed(self.target, held, error)
         return result
 
     def shutdown(self) -> None:
-        self.inner.shutdown()
+        if self._shut.is_set():
+            return  # once: the SDK's exporters warn on a second call
+        self._shut.set()
+        with _QUIET.holding():
+            self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
 
 
 class CountingMetricExporter(MetricExporter):
-    def __init__(self, inner: MetricExporter) -> None:
+    def __init__(self, inner: MetricExporter, health: _ExportHealth | None = None) -> None:
         super().__init__(preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation)
         self.inner = inner
-        self._warn = _LogOnce()
+        self.health = health or _ExportHealth()
+        self.health.exporters.append(self)
+        self.target = _target(inner)
+        self._shut = threading.Event()
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        try:
-            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            result = MetricExportResult.FAILURE
-            self._warn("neuronscope: metric export raised %r", exc)
-        if result is not MetricExportResult.SUCCESS:
+        error = None
+        with _QUIET.holding() as held:
+            try:
+                result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                result, error = MetricExportResult.FAILURE, exc
+        if result is MetricExportResult.SUCCESS:
+            self.health.succeeded()
+        else:
             _stats.record("telemetry_dropped")
-            self._warn("neuronscope: metric export to %s failed", _target(self.inner))
+            self.health.failed(self.target, held, error)
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self.inner.force_flush(timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+        if self._shut.is_set():
+            return
+        self._shut.set()
+        with _QUIET.holding():
+            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 def _target(exporter: Any) -> str:
     return str(getattr(exporter, "_endpoint", None) or type(exporter).__name__)
+
+
+# -- applications' providers --------------------------------------------------------------------
+
+_external_hooks: list[Any] = []
+_external_seen: set[int] = set()
+
+
+def on_external_provider(hook: Any) -> None:
+    """Call ``hook()`` whenever a provider neuronscope did not build is first emitted to."""
+    if hook not in _external_hooks:
+        _external_hooks.append(hook)
+
+
+def note_providers_in_use(settings: OtelSettings) -> None:
+    """:func:`on_external_provider`'s hooks for the injected or global providers in use now."""
+    _note_external(settings.tracer_provider or _global_tracer_provider(), settings.meter_provider or _global_meter_provider())
+
+
+def _note_external(*providers: Any) -> None:
+    for provider in providers:
+        if provider is None or id(provider) in _external_seen:
+            continue
+        _external_seen.add(id(provider))  # ids only: an application has one or two, for its life
+        for hook in list(_external_hooks):
+            try:
+                hook()
+            except Exception as exc:  # noqa: BLE001 - never into the export path
+                log.debug("neuronscope: provider hook failed: %r", exc)
