@@ -384,7 +384,7 @@ EXIT_FLUSH_TIMEOUT = _var(
         _float_parser(0.0),
         _float_form(0.0, "seconds"),
         "10",
-        "seconds the interpreter's exit waits for pending profiles and telemetry before shutting the exporters down",
+        "seconds the interpreter's exit may take for pending profiles and telemetry, the exporters' shutdown included",
     )
 )
 JOB_ID = _var(
