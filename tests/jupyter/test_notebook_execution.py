@@ -10,11 +10,11 @@ No timing asserts: the kernel's start-up and the cells get generous timeouts on 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from support.browser import launch
 
 from ._html import table, text
 
@@ -22,7 +22,6 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbconvert")
 pytest.importorskip("ipykernel")
 
-_REQUIRED = os.environ.get("NEURONSCOPE_REQUIRE_BROWSER", "") == "1"
 KERNEL = "neuronscope-test"
 
 CELLS = [
@@ -108,36 +107,9 @@ def test_the_executed_notebook_carries_the_html(executed):
 
 
 # --- the HTML in a browser ---------------------------------------------------------------------
-def _chromium() -> str | None:
-    explicit = os.environ.get("NEURONSCOPE_CHROMIUM")
-    if explicit:
-        return explicit
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _unavailable(reason: str):
-    if _REQUIRED:
-        pytest.fail(f"NEURONSCOPE_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install playwright)")
-    executable = _chromium()
-    if executable is None:
-        _unavailable("no chromium found (apt-get install -y chromium, or set NEURONSCOPE_CHROMIUM)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
+    yield from launch()
 
 
 def test_the_outputs_render_in_chromium(executed, browser, tmp_path):

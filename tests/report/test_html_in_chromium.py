@@ -12,47 +12,19 @@ unless NEURONSCOPE_REQUIRE_BROWSER=1 (CI), which turns the skip into a failure.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from support.browser import launch
 
 import neuronscope as ns
 from neuronscope.report.html import write_html
 
-_REQUIRED = os.environ.get("NEURONSCOPE_REQUIRE_BROWSER", "") == "1"
-
-
-def _chromium() -> str | None:
-    explicit = os.environ.get("NEURONSCOPE_CHROMIUM")
-    if explicit:
-        return explicit
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _unavailable(reason: str):
-    if _REQUIRED:
-        pytest.fail(f"NEURONSCOPE_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install playwright)")
-    executable = _chromium()
-    if executable is None:
-        _unavailable("no chromium found (apt-get install -y chromium, or set NEURONSCOPE_CHROMIUM)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
+    yield from launch()
 
 
 @pytest.fixture
