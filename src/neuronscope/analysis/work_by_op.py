@@ -82,15 +82,11 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
         tm = np.bincount(inv, weights=times.total_dev[c_idx].astype(np.float64), minlength=k)
         for j, key in enumerate(uniq.tolist()):
             works[key] = {
+                **_empty(),
                 "calls": int(calls[j]),
                 "flops": float(fl[j]),
                 "bytes": float(by[j]),
                 "time_us": float(tm[j]) / 1e3,
-                "flops_by_roof": {},
-                "bytes_by_roof": {},
-                "family": "",
-                "not_counted": 0,
-                "reason": "",
             }
         rk = roof_c[ci]
         pair = inv * max(len(roof_keys), 1) + rk
@@ -99,17 +95,13 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
         pf = np.bincount(pinv, weights=flops_c[ci], minlength=pu.size)
         pb = np.bincount(pinv, weights=bytes_c[ci], minlength=pu.size)
         key_names = list(roof_keys)
-        first_cost: dict[int, int] = {}
-        for j, c in zip(inv.tolist(), ci.tolist()):
-            first_cost.setdefault(j, c)
-            if len(first_cost) == k:
-                break
         for j, p in enumerate(pu.tolist()):
             row, r = divmod(p, max(len(roof_keys), 1))
             w = works[int(uniq[row])]
             w["flops_by_roof"][key_names[r]] = float(pf[j])
             w["bytes_by_roof"][key_names[r]] = float(pb[j])
-        for j, c in first_cost.items():
+        _, first = np.unique(inv, return_index=True)  # each row's first call names its family
+        for j, c in enumerate(ci[first].tolist()):
             cost = costs[c]
             assert isinstance(cost, OpCost)
             works[int(uniq[j])]["family"] = cost.family

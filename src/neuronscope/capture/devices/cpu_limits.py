@@ -31,7 +31,7 @@ _lock = threading.Lock()
 _UNDER_LOAD = "measured under load"
 #: CPUs' worth of other processes' work during the measurement above which it is not trusted
 _MAX_OTHERS_CPUS = 0.25
-_cached: DeviceLimits | None = None
+_cached: tuple[Path, DeviceLimits] | None = None  #: this process's roofs, and the cache file they belong to
 _STREAM_BYTES = 128 << 20
 
 
@@ -47,26 +47,27 @@ def cpu_limits(*, refresh: bool = False) -> DeviceLimits:
     """This machine's CPU roofs: from the cache, else measured now (and cached)."""
     global _cached
     with _lock:
-        path = cache_path()
+        path = cache_path()  # host, torch version and thread count: a change means other roofs
         if not refresh:
-            if _cached is not None and (_cached.source.endswith(path.name) or _cached.source.startswith(_UNDER_LOAD)):
-                return _cached  # (measured under load: this process keeps it, the next measures again)
+            if _cached is not None and _cached[0] == path:
+                return _cached[1]  # (measured under load too: this process keeps it, the next measures again)
             try:
-                _cached = DeviceLimits.from_dict(json.loads(path.read_text()))
-                return _cached
+                _cached = (path, DeviceLimits.from_dict(json.loads(path.read_text())))
+                return _cached[1]
             except (OSError, ValueError, KeyError, TypeError):
                 pass
-        _cached = measure_cpu_limits(source_name=path.name)
-        if _cached.source.startswith(_UNDER_LOAD):
-            return _cached  # not cached: the next profile measures again
+        limits = measure_cpu_limits(source_name=path.name)
+        _cached = (path, limits)
+        if limits.source.startswith(_UNDER_LOAD):
+            return limits  # not written to the cache: the next process measures again
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(_cached.to_dict(), indent=1))
+            tmp.write_text(json.dumps(limits.to_dict(), indent=1))
             tmp.replace(path)
         except OSError:
             pass  # an unwritable cache: measured again in the next process
-        return _cached
+        return limits
 
 
 def _best(fn: Any, runs: int, budget_s: float) -> float:
