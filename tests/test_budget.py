@@ -54,10 +54,14 @@ def test_the_default_budget_is_what_a_quarter_of_the_memory_available_holds():
 
 def test_coverage_says_what_was_recorded_and_reads_back():
     cov = Coverage(wall_ns=30_000_000_000, recorded_ns=7_500_000_000, events=2_000_000, windows=9, stopped="budget",
-                   max_events=250_000, budget_source="max_events", window_spec="10 s", kept=(1, 4))
+                   max_events=250_000, budget_source="max_events", window_spec="10 s", kept=(1, 4),
+                   ended_by={"budget": 7, "window_seconds": 1, "end": 1}, recorded_steps=40, steps=200, lost=1)
     assert cov.pct == 25.0
     line = cov.line()
-    assert line.startswith("recorded 7.5 s of 30.0 s (25%), 2,000,000 events, in 9 windows of 10 s")
+    # what ended the windows, not "windows of 10 s" when the budget ended most of them
+    assert line.startswith("recorded 7.5 s of 30.0 s (25%), 2,000,000 events, 40 of 200 steps, in 9 windows (at most 10 s each")
+    assert "ended by: the event budget 7, its time 1, the end of the run 1" in line
+    assert "1 window lost (windows.json says why)" in line
     assert "event budget of 250,000 events (max_events)" in line and line.endswith("raw traces kept: window 1, 4")
     assert Coverage.from_dict(cov.to_dict()) == cov
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["available_memory"]
+import os
+import time
+from typing import Any
+
+__all__ = ["add_contention", "available_memory", "cpu_contention", "cpu_sample"]
 
 
 def available_memory() -> int | None:
@@ -15,3 +19,62 @@ def available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+# -- CPU contention: did the profiled thread have a CPU while it ran? ----------------------------
+def _read_schedstat(native_tid: int) -> tuple[int, int] | None:
+    """(ns on a CPU, ns runnable but waiting for one) of one thread of this process (Linux
+    ``/proc/self/task/<tid>/schedstat``; None where there is none)."""
+    try:
+        with open(f"/proc/self/task/{native_tid}/schedstat", "rb") as f:
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _machine_busy_ns() -> int | None:
+    """CPU time every process has used since boot (``/proc/stat``), ns; None elsewhere."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq + steal) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def cpu_sample(native_tid: int) -> tuple[int, tuple[int, int] | None, int | None, int]:
+    """A reading to compare with a later one (:func:`cpu_contention`): (monotonic ns, the thread's
+    schedstat, the machine's busy ns, this process's CPU ns). Three small reads, ~20 us."""
+    t = os.times()
+    return time.monotonic_ns(), _read_schedstat(native_tid), _machine_busy_ns(), int((t.user + t.system) * 1e9)
+
+
+def cpu_contention(start: Any, end: Any) -> dict[str, Any] | None:
+    """What happened between two :func:`cpu_sample` readings of the same thread: its time on a
+    CPU and waiting for one, and the other processes' CPU time (``CpuContention``'s fields)."""
+    if start is None or end is None or start[1] is None or end[1] is None:
+        return None
+    wall = end[0] - start[0]
+    if wall <= 0:
+        return None
+    others = None
+    if start[2] is not None and end[2] is not None:
+        # the machine's busy time less ours; /proc/stat counts in clock ticks: never below zero
+        others = max((end[2] - start[2]) - (end[3] - start[3]), 0) / 1e3
+    return {
+        "wall_us": wall / 1e3,
+        "run_us": (end[1][0] - start[1][0]) / 1e3,
+        "wait_us": (end[1][1] - start[1][1]) / 1e3,
+        "others_cpu_us": others,
+        "cpus": os.cpu_count() or 1,
+    }
+
+
+def add_contention(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two readings' figures together (a window recorded in several sessions)."""
+    if a is None or b is None:
+        return a or b
+    others = None if a["others_cpu_us"] is None or b["others_cpu_us"] is None else a["others_cpu_us"] + b["others_cpu_us"]
+    return {**a, **{k: a[k] + b[k] for k in ("wall_us", "run_us", "wait_us")}, "others_cpu_us": others}

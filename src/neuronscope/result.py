@@ -44,6 +44,9 @@ class CaptureFacts:
     #: device state sampled at the start and the end of the capture (e.g. "neuron_memory_stats")
     device_start: Mapping[str, Any] = field(default_factory=dict)
     device_end: Mapping[str, Any] = field(default_factory=dict)
+    #: whether the profiled thread had a CPU over the recorded time (``_system.cpu_contention``;
+    #: the diagnosis' ``CpuContention``); None where it was not measured
+    cpu_contention: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,18 @@ class DeviceFacts:
         )
 
 
+#: what ended a window, in Coverage.line()'s words
+_ENDED_BY = {
+    "window_steps": "its steps",
+    "window_seconds": "its time",
+    "window": "its steps or time",
+    "budget": "the event budget",
+    "duration": "the duration limit",
+    "steps": "the step limit",
+    "end": "the end of the run",
+}
+
+
 @dataclass(frozen=True)
 class Coverage:
     """How much of a run was recorded, and why recording stopped (capture/budget.py)."""
@@ -87,17 +102,31 @@ class Coverage:
     window_spec: str = ""  #: "10 s", "50 steps or 10 s"
     #: windows whose raw traces are kept (run directory ``windows/``), by number
     kept: tuple[int, ...] = ()
+    #: how many windows ended by each reason ("window_steps", "window_seconds", "budget", "end", ...)
+    ended_by: Mapping[str, int] = field(default_factory=dict)
+    lost: int = 0  #: windows that add nothing to the fold (windows.json says why)
+    recorded_steps: int = 0  #: steps inside the recorded windows (``steps`` counts every step timed)
 
     @property
     def pct(self) -> float:
         return 100.0 * self.recorded_ns / self.wall_ns if self.wall_ns > 0 else 100.0
 
     def line(self) -> str:
-        """``recorded 14.2 s of 30.1 s (47%) in 6 windows of 10 s; ...``"""
+        """``recorded 14.2 s of 30.1 s (47%), 120,000 events, 80 of 200 steps, in 6 windows (at most
+        10 s each; ended by: its time 5, the end of the profile 1); ...``"""
         rec, wall = self.recorded_ns / 1e9, self.wall_ns / 1e9
         text = f"recorded {rec:.1f} s of {wall:.1f} s ({self.pct:.0f}%), {self.events:,} events"
+        if self.recorded_steps and self.steps:
+            text += f", {self.recorded_steps:,} of {self.steps:,} steps"
         if self.windows > 1 or self.window_spec:
-            text += f", in {self.windows} windows of {self.window_spec} (paused while each was analysed)"
+            text += f", in {self.windows} windows (at most {self.window_spec} each"
+            if self.ended_by:
+                text += "; ended by: " + ", ".join(
+                    f"{_ENDED_BY.get(k, k)} {n}" for k, n in sorted(self.ended_by.items(), key=lambda kv: -kv[1])
+                )
+            text += "; paused while each was analysed)"
+            if self.lost:
+                text += f"; {self.lost} window{'s' if self.lost > 1 else ''} lost (windows.json says why)"
         if self.stopped == "budget":
             text += f"; recording stopped at the event budget of {self.max_events:,} events ({self.budget_source})"
         elif self.stopped == "duration":
@@ -121,6 +150,9 @@ class Coverage:
             "steps": self.steps,
             "window_spec": self.window_spec,
             "kept": list(self.kept),
+            "ended_by": dict(self.ended_by),
+            "lost": self.lost,
+            "recorded_steps": self.recorded_steps,
         }
 
     @classmethod
@@ -136,6 +168,9 @@ class Coverage:
             steps=int(d.get("steps", 0)),
             window_spec=str(d.get("window_spec", "")),
             kept=tuple(int(k) for k in d.get("kept", ())),
+            ended_by={str(k): int(v) for k, v in (d.get("ended_by") or {}).items()},
+            lost=int(d.get("lost", 0)),
+            recorded_steps=int(d.get("recorded_steps", 0)),
         )
 
 

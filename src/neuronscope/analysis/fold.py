@@ -8,9 +8,15 @@ all of them:
 * the summary adds each op's calls and times over the windows (every field of a row is a
   sum, a min or a max, so folding is exact), and the regions likewise;
 * the diagnosis adds busy and idle time per class over the recorded time, keeps the longest
-  gaps, takes step-time percentiles over every step the run timed (recorded or not), sums
-  each rule's time at stake over the windows where it fired (its message is the window that
-  had the most), and records the verdict of each window (``evidence["windows"]``).
+  gaps, takes step-time percentiles over every step the run timed (recorded or not), and
+  records the verdict of each window (``evidence["windows"]``);
+* findings fold per rule **and subject** (the op, chain, optimizer... a finding is about): the
+  amounts of their evidence add up, and the message is rendered again from that evidence, so a
+  folded finding's message, evidence and time at stake are the run's; per-step figures are per
+  *recorded* step. A rule whose findings follow from the summary (``below_roof``) runs again
+  over the folded summary instead, so it never claims more than the folded table holds;
+* notes fold into one line per kind (the text before its first colon), the ones with figures
+  recomputed for the run (the ops at the limit, CPU contention).
 
 Pure functions of the window results: no torch, no trace.
 """
@@ -24,6 +30,7 @@ from typing import Any
 from .diagnosis.model import (
     CollectiveStats,
     Communication,
+    CpuContention,
     Diagnosis,
     Finding,
     Gaps,
@@ -203,29 +210,107 @@ def _fold_steps(parts: Sequence[Diagnosis], timed: TimedSteps | None, max_saved:
     )
 
 
-def _fold_findings(parts: Sequence[Diagnosis], steps: int) -> list[Finding]:
-    by_rule: dict[str, list[Finding]] = {}
-    for d in parts:
+def _add(values: list[Any]) -> Any:
+    """The run's amount from the windows': numbers add, dicts add per key, lists unite."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        total = sum(present)
+        return round(total, 3) if isinstance(total, float) else total
+    if all(isinstance(v, dict) for v in present):
+        keys = dict.fromkeys(k for v in present for k in v)
+        return {k: _add([v.get(k) for v in present]) for k in keys}
+    if all(isinstance(v, (list, tuple)) for v in present):
+        return sorted({x for v in present for x in v}, key=str)
+    return present[0]
+
+
+def _fold_one(rule: str, fs: list[tuple[int, Finding]], spec: Any, ctx: Any, windows_total: int) -> Finding:
+    """One (rule, subject)'s findings over the windows where they fired, as the run's finding."""
+    from .diagnosis.rules import severity_of
+
+    found = [f for _, f in fs]
+    lead = max(found, key=lambda f: f.us_at_stake)
+    us = sum(f.us_at_stake for f in found)
+    evidence = dict(lead.evidence)
+    for key in spec.adds if spec is not None else ():
+        evidence[key] = _add([f.evidence.get(key) for f in found])
+    share = us / max(ctx.words.window_us, 1e-9)
+    evidence["pct_of_window"] = round(100 * share, 2)
+    evidence["windows"] = len({i for i, _ in fs})
+    evidence["windows_total"] = windows_total
+    if any(f.evidence.get("contended") for f in found):
+        evidence["contended"] = True
+    message = spec.message(evidence, ctx.words) if spec is not None and spec.message is not None else lead.message
+    lead_share = float(lead.evidence.get("pct_of_window", 0.0)) / 100
+    # a severity the rule set itself (not from the share of time) is kept
+    severity = severity_of(share) if lead.severity == severity_of(lead_share) else lead.severity
+    limits = [f.us_to_limit for f in found if f.us_to_limit is not None]
+    return Finding(
+        rule=rule,
+        message=message,
+        us_at_stake=us,
+        evidence=evidence,
+        severity=severity,
+        us_per_step=ctx.words.per_step(us) if any(f.us_per_step is not None for f in found) else None,
+        subject=lead.subject,
+        us_to_limit=sum(limits) if limits else None,
+    )
+
+
+def _fold_findings(parts: Sequence[Diagnosis], indexes: Sequence[int], ctx: Any, summary: Summary | None) -> list[Finding]:
+    from .diagnosis.rules import load_rules
+
+    specs = load_rules()
+    groups: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
+    for index, d in zip(indexes, parts):
         for f in d.findings:
-            by_rule.setdefault(f.rule, []).append(f)
-    folded = []
-    for rule, fs in by_rule.items():
-        lead = max(fs, key=lambda f: f.us_at_stake)
-        stake = sum(f.us_at_stake for f in fs)
-        severity = max((f.severity for f in fs), key=lambda s: _SEVERITY.index(s) if s in _SEVERITY else 0)
-        evidence = {**lead.evidence, "windows": len(fs), "windows_total": len(parts)}
-        folded.append(
-            Finding(
-                rule=rule,
-                message=lead.message,
-                us_at_stake=stake,
-                evidence=evidence,
-                severity=severity,
-                us_per_step=(stake / steps) if steps and any(f.us_per_step is not None for f in fs) else None,
-            )
-        )
-    folded.sort(key=lambda f: (-f.us_at_stake, f.rule))
+            groups.setdefault((f.rule, f.subject), []).append((index, f))
+    folded: list[Finding] = []
+    refolded = {rule for rule, spec in specs.items() if spec.refold is not None and summary is not None}
+    for rule in sorted(refolded):
+        for f in specs[rule].refold(summary, ctx):  # type: ignore[misc]
+            fired = {i for i, _ in groups.get((rule, f.subject), ())}
+            folded.append(replace(f, evidence={**f.evidence, "windows": len(fired), "windows_total": len(parts)}))
+    for (rule, _subject), fs in groups.items():
+        if rule not in refolded:
+            folded.append(_fold_one(rule, fs, specs.get(rule), ctx, len(parts)))
+    folded.sort(key=lambda f: (-f.us_at_stake, f.rule, f.subject))
     return folded
+
+
+def _note_kind(note: str) -> str:
+    return note.split(":", 1)[0]
+
+
+def _fold_notes(parts: Sequence[Diagnosis], run_notes: list[str], recorded: bool) -> list[str]:
+    """One line per kind, in the windows' order: the run's own line (recomputed: the ops at the
+    limit, contention) where it has one, else the first window's."""
+    run_by_kind = {_note_kind(n): n for n in run_notes}
+    recomputed = ("at the device's limit", "CPU contended")
+    out: list[str] = []
+    seen: set[str] = set()
+    for note in (n for d in parts for n in d.notes):
+        kind = _note_kind(note)
+        if kind in seen or (recorded and kind == "nothing was recorded"):
+            continue
+        seen.add(kind)
+        if kind in run_by_kind:
+            out.append(run_by_kind[kind])
+        elif not kind.startswith(recomputed):  # not true of the run as a whole
+            out.append(note)
+    return out + [n for k, n in run_by_kind.items() if k not in seen]
+
+
+def _fold_contention(parts: Sequence[Diagnosis]) -> CpuContention | None:
+    measured = [d.contention for d in parts if d.contention is not None]
+    if not measured:
+        return None
+    total = measured[0]
+    for c in measured[1:]:
+        total = total.plus(c)
+    return total
 
 
 def _sum_known(values: list[int | None]) -> int | None:
@@ -270,14 +355,17 @@ def fold_diagnoses(
     *,
     timed: TimedSteps | None = None,
     window_indexes: Sequence[int] | None = None,
+    summary: Summary | None = None,
 ) -> Diagnosis:
     """One diagnosis of all ``parts`` (the windows of one run, in time order).
 
     ``timed``: every step the run timed, recorded or not (the count, the percentiles — without
     the steps neuronscope's own analysis ran beside, when others remain — and the slowest, with a
-    note when ours overlapped it); ``window_indexes``: each part's window number.
+    note when ours overlapped it); ``window_indexes``: each part's window number; ``summary``:
+    the run's folded summary (the rules that follow from it run again over it).
     """
     from .diagnosis import _CAUSE_RULES, _verdict
+    from .diagnosis.rules import MessageContext, RunContext
 
     if not parts:
         raise ValueError("fold_diagnoses: no diagnoses to fold")
@@ -319,9 +407,21 @@ def fold_diagnoses(
             for i, d in zip(indexes, parts)
         ],
     }
-    findings = _fold_findings(recorded if anything else [], steps.count if steps is not None else 0)
+    # per-step figures are per *recorded* step: the time at stake was found in the recorded windows
+    recorded_steps = sum(d.steps.count for d in recorded if d.steps is not None)
+    evidence["recorded_steps"] = recorded_steps
+    contention = _fold_contention(recorded)
+    ctx = RunContext(device=parts[0].device, words=MessageContext(window_us, recorded_steps), contention=contention)
+    if anything:
+        ids = {id(d) for d in recorded}
+        kept = [(i, d) for i, d in zip(indexes, parts) if id(d) in ids]
+        findings = _fold_findings([d for _, d in kept], [i for i, _ in kept], ctx, summary)
+    else:
+        findings = []
     rules = _CAUSE_RULES.get(bound_by, ())
     findings = [f for f in findings if f.rule in rules] + [f for f in findings if f.rule not in rules]
+    if contention is not None and contention.contended:
+        ctx.note(contention.line())
     memory_lines = [d.memory_line for d in parts if d.memory_line]
     return Diagnosis(
         device=parts[0].device,
@@ -337,10 +437,11 @@ def fold_diagnoses(
         bound_by=bound_by,
         evidence=evidence,
         findings=tuple(findings),
-        notes=_unique([n for d in parts for n in d.notes] + _overlap_note(steps, timed)),
+        notes=tuple(_fold_notes(parts, ctx.notes, anything) + _overlap_note(steps, timed)),
         timeline_data=None,  # the windows' own timelines are in their run directories
         memory_line=memory_lines[-1] if memory_lines else None,
         communication=_fold_communication(recorded, window_us),
+        contention=contention,
     )
 
 

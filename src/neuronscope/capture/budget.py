@@ -40,7 +40,7 @@ from typing import Any
 
 from .. import _stats, _system, _worker
 from ..errors import ConfigurationError
-from ..trace.kinds import MARKER_STEP
+from ..trace.kinds import MARKER_OPTIMIZER_STEP
 
 __all__ = ["Limits", "Recording", "Windows", "memory_events", "on_step", "watch"]
 
@@ -129,7 +129,10 @@ STOP_WORDS = {
     "duration": "the duration limit",
     "steps": "the step limit",
     "window": "the window's end",
+    "window_steps": "its step count",
+    "window_seconds": "its time",
     "end": "the end of the profile",
+    "stop": "a stop asked for (neuronscope arm --stop, a signal)",
 }
 
 
@@ -164,6 +167,7 @@ class Recording:
         self.pending: str | None = None  #: an action for the capture's thread (its next ns.step())
         self.signalled = False  #: the main thread was sent the wake signal for ``pending``
         self.window_due = False  #: a time window ended while steps run: cut at the next step
+        self.window_reason = "window_seconds"  #: what ended the window being cut: its steps or its time
         self.in_flight = 0  #: windows being analysed or written
         self.window_index = 1
         self.window_steps = 0
@@ -209,6 +213,7 @@ class Recording:
                 return "budget"
             w = self.windows
             if w is not None and w.seconds is not None and now - self.session_started >= w.seconds * 1e9:
+                self.window_reason = "window_seconds"
                 if self.steps_seen:
                     self.window_due = True  # steps run: the window ends at the next one
                     return None
@@ -275,7 +280,10 @@ class Recording:
             self.stopped = "steps"  # between windows: none starts again
             return None
         if self.recording:
-            if w is not None and ((w.steps is not None and self.window_steps >= w.steps) or self.window_due):
+            if w is not None and w.steps is not None and self.window_steps >= w.steps:
+                self.window_reason = "window_steps"
+                return "window"
+            if w is not None and self.window_due:
                 return "window"
             return None
         if w is not None and self.ready_for_next():
@@ -491,10 +499,10 @@ def _optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         return
     from . import session
 
-    # the diagnosis finds the steps in the trace -- of the profiles that work in steps only
-    # (windows, a step limit): an ordinary profile's steps stay what its code marks
-    if any(not c.recording.steps_seen and (c.recording.windows or c.recording.limits.max_steps) for c in _watched):
-        session._mark(MARKER_STEP)
+    # the diagnosis finds the steps in the trace: these mark the steps of code that marks none
+    # itself (its ns.step() calls and its own repeated regions come first: analysis/diagnosis/steps.py)
+    if any(not c.recording.steps_seen for c in _watched):
+        session._mark(MARKER_OPTIMIZER_STEP)
     on_step("optimizer")
 
 

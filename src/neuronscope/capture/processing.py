@@ -175,8 +175,11 @@ def _segment_trace(seg: Any, device: str) -> Any:
 def _diagnose(run: Run, trace: Any, summary: Any, device: DeviceFacts, options: ProcessOptions, warnings: list[str]) -> Any:
     from ..analysis.diagnosis import diagnose_trace
 
+    facts = dict(device.manifest)
+    if run.capture.cpu_contention is not None:
+        facts["cpu_contention"] = run.capture.cpu_contention
     try:
-        return diagnose_trace(trace, summary=summary, facts=dict(device.manifest), serial=options.serial)
+        return diagnose_trace(trace, summary=summary, facts=facts, serial=options.serial)
     except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
         _stats.contain("diagnosis", exc, name=run.name, warnings=warnings)
         return None

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import torch
 import wrapt
 
-from .. import _config, _env, _stats, _worker
+from .. import _config, _env, _stats, _system, _worker
 from .._run import Run, RunStatus
 from ..errors import ConfigurationError
 from ..result import CaptureFacts, Coverage
@@ -366,6 +366,9 @@ class _Capture:
         self.recording: Recording | None = None  # the limits' state (capture/budget.py); None with a schedule
         self._windowed: Any = None  # capture/windows.WindowedRun, for a profile in windows
         self._window_start_ns = 0
+        self._native_thread = threading.get_native_id()  # the profiled thread, for its CPU contention
+        self._cpu_at_start: Any = None  # _system.cpu_sample when this session or window started
+        self._last_window_cpu: Any = None  # the last window's contention, measured as the capture ended
 
     # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
@@ -462,6 +465,7 @@ class _Capture:
         self._open = True
         session.mark_capture(self)
         self.run.start_ns = time.time_ns()
+        self._cpu_at_start = _system.cpu_sample(self._native_thread)
         if spec.schedule is None:
             self._watch_limits(backend)
         # What neuronscope itself costs the caller, torch.profiler's own start/stop excluded:
@@ -496,6 +500,7 @@ class _Capture:
             if rec.in_flight == 0 and session.resume(self):
                 rec.session_started_now(time.monotonic_ns())
                 self._window_start_ns = time.time_ns()
+                self._cpu_at_start = _system.cpu_sample(self._native_thread)
                 if own_thread:
                     session.mark_capture(self)
             return
@@ -503,12 +508,18 @@ class _Capture:
             session.mark_capture(self, end=True)
         now, wall = time.monotonic_ns(), time.time_ns()
         steps = rec.window_steps
+        cpu = _system.cpu_contention(self._cpu_at_start, _system.cpu_sample(self._native_thread))
         taken = session.cut(self, take=self._windowed is not None)
         if taken is None:
             return
+        ended_by = rec.window_reason if action == "window" else action
         rec.session_ended(now, action)
         if self._windowed is not None:
-            self._windowed.submit(rec.window_index, taken, action, self._options(None), self._window_start_ns, wall, steps)
+            self._windowed.submit(
+                rec.window_index, taken, ended_by, self._options(None), self._window_start_ns, wall, steps, cpu=cpu
+            )
+        elif self.run is not None:  # a profile that stopped at a limit: its recorded time
+            self.run.capture = replace(self.run.capture, cpu_contention=cpu)
         if rec.stopped is not None and self.run is not None:
             log.info(
                 "neuronscope: %r stopped recording at %s; the code runs on unprofiled", self.name, _budget.STOP_WORDS[action]
@@ -587,6 +598,7 @@ class _Capture:
             run.error = type(exc).__name__
             run.error_message = str(exc)[:1024]
         session.mark_capture(self, end=True)
+        self._measure_cpu_at_end(run)
         if self.recording is not None:
             _budget.unwatch(self)
         backend = self._backend
@@ -627,6 +639,16 @@ class _Capture:
         run.caller_overhead_ns += spent - torch_ns
         run.caller_overhead_cpu_ns += spent_cpu - torch_cpu_ns
 
+    def _measure_cpu_at_end(self, run: Run) -> None:
+        """Whether the thread had a CPU since the session (or the last window) started."""
+        if self.recording is not None and not self.recording.recording:
+            return  # stopped at a limit, or between windows: measured when it stopped
+        cpu = _system.cpu_contention(self._cpu_at_start, _system.cpu_sample(self._native_thread))
+        if self._windowed is not None:
+            self._last_window_cpu = cpu
+        else:
+            run.capture = replace(run.capture, cpu_contention=cpu)
+
     def _coverage(self, run: Run) -> Coverage | None:
         """What a profile that stopped at a limit covers (events are counted by the analysis)."""
         rec = self.recording
@@ -653,7 +675,10 @@ class _Capture:
         if taken:
             end = run.end_ns if was_recording else self._window_start_ns
             start = self._window_start_ns
-            windowed.submit(rec.window_index, taken, "end", self._options(None), start, max(end, start), rec.window_steps)
+            cpu = self._last_window_cpu if was_recording else None
+            windowed.submit(
+                rec.window_index, taken, "end", self._options(None), start, max(end, start), rec.window_steps, cpu=cpu
+            )
         set_last_run(run)
         options = self._options(None)
         where: Any = self._run_dir if self._run_dir is not None else windowed._dir

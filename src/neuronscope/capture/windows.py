@@ -17,15 +17,16 @@ analysed or written; disk: 1 + ``keep`` traces.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .. import _stats, _worker
 from .._run import Run
-from ..result import Analysis, Coverage
+from ..result import Analysis, CaptureFacts, Coverage
 from .budget import Recording, Windows
 
 __all__ = ["WindowedRun"]
@@ -34,6 +35,27 @@ WINDOWS_DIR = "windows"
 WINDOWS_INDEX = "windows.json"
 #: a window displaces a kept trace only when it is this much slower
 DISPLACE_FACTOR = 1.10
+
+
+@dataclass(frozen=True)
+class _Window:
+    """What the capture knew of one window when it ended."""
+
+    index: int
+    ended_by: str  #: "window_steps" | "window_seconds" | "budget" | "duration" | "steps" | "end"
+    start_ns: int
+    end_ns: int
+    steps: int  #: steps counted as they ran (ns.step() / optimizer steps)
+    cpu: dict[str, Any] | None  #: _system.cpu_contention over the window
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "window": self.index,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "ended_by": self.ended_by,
+            "steps": self.steps,
+        }
 
 
 class WindowedRun:
@@ -60,27 +82,38 @@ class WindowedRun:
 
     # -- the capture's side --------------------------------------------------------------------
     def submit(
-        self, index: int, segments: list[Any], reason: str, options: Any, start_ns: int, end_ns: int, steps: int = 0
+        self,
+        index: int,
+        segments: list[Any],
+        reason: str,
+        options: Any,
+        start_ns: int,
+        end_ns: int,
+        steps: int = 0,
+        *,
+        cpu: dict[str, Any] | None = None,
     ) -> None:
-        """Queue window ``index`` (its segments; ``steps``: the steps it recorded) for analysis (never blocks)."""
+        """Queue window ``index`` (its segments; ``steps``: the steps it recorded; ``cpu``: whether
+        its thread had a CPU, ``_system.cpu_contention``) for analysis (never blocks)."""
         with self.recording.lock:
             self.recording.in_flight += 1
-        _worker.get_worker().submit(lambda: self._analyse(index, segments, reason, options, start_ns, end_ns, steps))
+        window = _Window(index, reason, start_ns, end_ns, steps, cpu)
+        _worker.get_worker().submit(lambda: self._analyse(window, segments, options))
 
     # -- analysis worker -------------------------------------------------------------------------
-    def _analyse(
-        self, index: int, segments: list[Any], reason: str, options: Any, start_ns: int, end_ns: int, steps: int
-    ) -> None:
+    def _analyse(self, w: _Window, segments: list[Any], options: Any) -> None:
         from .processing import _analysis, release_segments
 
         written = False
+        index = w.index
         try:
             if not segments:
+                self._lost(w, "nothing was recorded in it (the profiler returned no events)")
                 return
-            window = Run(self.name, self.device)
-            window.start_ns, window.end_ns = start_ns, end_ns
+            window = Run(self.name, self.device, capture=CaptureFacts(cpu_contention=w.cpu))
+            window.start_ns, window.end_ns = w.start_ns, w.end_ns
             analysis = _analysis(window, segments, replace(options, window=index))
-            self._fold(index, analysis, reason, start_ns, end_ns, steps)
+            self._fold(w, analysis)
             if self._keeps(index, analysis):
                 _worker.output_worker().submit(lambda: self._write(index, segments, analysis))
                 written = True
@@ -88,6 +121,7 @@ class WindowedRun:
                 _worker.output_worker().submit(self._write_index)
         except Exception as exc:  # noqa: BLE001 - one window lost, not the run
             _stats.contain(f"analysing window {index}", exc, name=self.name)
+            self._lost(w, f"its analysis failed ({type(exc).__name__}: {exc})")
         finally:
             if not written:
                 release_segments(segments)
@@ -98,21 +132,26 @@ class WindowedRun:
         with self.recording.lock:
             self.recording.in_flight -= 1
 
-    def _fold(self, index: int, analysis: Analysis, reason: str, start_ns: int, end_ns: int, steps: int) -> None:
+    def _lost(self, w: _Window, why: str) -> None:
+        """A window that adds nothing to the fold still has its row, saying why (no silent gap)."""
+        with self._lock:
+            self._rows.append({**w.row(), "events": 0, "lost": why})
+        _worker.output_worker().submit(self._write_index)
+
+    def _fold(self, w: _Window, analysis: Analysis) -> None:
         events = len(analysis.trace) if analysis.trace is not None else 0
         d = analysis.diagnosis
         row: dict[str, Any] = {
-            "window": index,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
+            **w.row(),
             "events": events,
-            "ended_by": reason,
             "bound_by": d.bound_by if d is not None else None,
             "device_busy_pct": round(d.device_busy_pct, 2) if d is not None else None,
-            "steps": steps,  # counted as they ran (ns.step() / optimizer steps)
             "score": round(_score(analysis), 3),
             "top_op": analysis.summary.rows[0].name if analysis.summary is not None and analysis.summary.rows else None,
+            "cpu_wait_pct": round(d.contention.wait_pct, 2) if d is not None and d.contention is not None else None,
         }
+        if d is None:
+            row["lost"] = "its diagnosis failed: its ops are in the summary, not in the diagnosis"
         with self._lock:
             self.events += events
             self._rows.append(row)
@@ -120,7 +159,7 @@ class WindowedRun:
                 self._summaries.append(analysis.summary)
                 # the fold draws no timeline (each window's is in its own files): not kept per window
                 self._diagnoses.append(replace(d, timeline_data=None))
-                self._indexes.append(index)
+                self._indexes.append(w.index)
             if analysis.memory is not None:
                 self._memories.append(analysis.memory)
             self._warnings += [w for w in analysis.warnings if w not in self._warnings]
@@ -218,12 +257,15 @@ class WindowedRun:
             memories, warnings, device = list(self._memories), list(self._warnings), self._device
             # decided as each window was analysed (the writes may still be queued)
             events, kept, windows = self.events, sorted({1, *self._kept_scores}), len(self._rows)
+            ended_by = Counter(str(r["ended_by"]) for r in self._rows)
+            lost = sum(1 for r in self._rows if r.get("lost"))
+            recorded_steps = sum(int(r.get("steps") or 0) for r in self._rows)
         if not summaries:
             return None
         rec = self.recording
         timed = rec.steps.timed()
         summary = fold_summaries(summaries)
-        diagnosis = fold_diagnoses(diagnoses, timed=timed if timed.count else None, window_indexes=indexes)
+        diagnosis = fold_diagnoses(diagnoses, timed=timed if timed.count else None, window_indexes=indexes, summary=summary)
         coverage = Coverage(
             wall_ns=max(end_ns - start_ns, 0),
             recorded_ns=rec.recorded_total_ns(time.monotonic_ns()) if stopped is None else rec.recorded_ns,
@@ -235,6 +277,9 @@ class WindowedRun:
             steps=timed.count,
             window_spec=self.spec.describe(),
             kept=tuple(kept),
+            ended_by=dict(ended_by),
+            lost=lost,
+            recorded_steps=recorded_steps,
         )
         summary = replace(summary, notes=(*summary.notes, "profiled in windows: " + coverage.line()))
         memory = max(memories, key=lambda m: m.peak_bytes) if memories else None

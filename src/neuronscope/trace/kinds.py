@@ -20,6 +20,7 @@ __all__ = [
     "MARKER_CAPTURE_END",
     "MARKER_PREFIX",
     "MARKER_SEGMENT",
+    "MARKER_OPTIMIZER_STEP",
     "MARKER_STEP",
     "EventKind",
 ]
@@ -198,3 +199,6 @@ MARKER_CAPTURE_END = MARKER_PREFIX + "capture_end"
 MARKER_SEGMENT = MARKER_PREFIX + "segment"
 #: ``neuronscope.step()``
 MARKER_STEP = MARKER_PREFIX + "step"
+#: the end of an optimizer's ``step()`` (torch's optimizer step hook): the steps of code that
+#: marks none itself
+MARKER_OPTIMIZER_STEP = MARKER_PREFIX + "optimizer_step"

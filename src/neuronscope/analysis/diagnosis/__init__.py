@@ -20,6 +20,7 @@ from .model import (
     GAP_CLASSES,
     CollectiveStats,
     Communication,
+    CpuContention,
     Diagnosis,
     Finding,
     Gap,
@@ -37,6 +38,7 @@ __all__ = [
     "GAP_CLASSES",
     "CollectiveStats",
     "Communication",
+    "CpuContention",
     "Diagnosis",
     "Finding",
     "Gap",
@@ -80,7 +82,8 @@ def diagnose_trace(
     window: Any = None,  # accepted for compatibility; the trace's own markers/extent are used
 ) -> Diagnosis:
     """Diagnose one trace model. ``facts``: the run's manifest (device facts such as Neuron
-    Explorer metrics); ``serial``: the capture whose markers delimit the window."""
+    Explorer metrics; ``cpu_contention``, a :class:`CpuContention` or its dict, when the capture
+    measured it); ``serial``: the capture whose markers delimit the window."""
     import numpy as np
 
     from .communication import measure as measure_communication
@@ -112,8 +115,15 @@ def diagnose_trace(
         bound_by = "communication"
 
     # the advice
+    contention = _contention(facts.get("cpu_contention"))
     ctx = Context(
-        trace=trace, timeline=tl, summary=summary, steps=steps.count if steps is not None else 0, facts=facts, communication=comm
+        trace=trace,
+        timeline=tl,
+        summary=summary,
+        steps=steps.count if steps is not None else 0,
+        facts=facts,
+        communication=comm,
+        contention=contention,
     )
     _notes(ctx, trace, tl, recorded)
     findings = _cause_first(run_rules(ctx), bound_by) if recorded else []
@@ -134,7 +144,17 @@ def diagnose_trace(
         notes=tuple(ctx.notes),
         timeline_data=_timeline_data(tl, big, glen),
         communication=comm,
+        contention=contention,
     )
+
+
+def _contention(value: Any) -> CpuContention | None:
+    if value is None or isinstance(value, CpuContention):
+        return value
+    try:
+        return CpuContention.from_dict(value)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _gaps(tl: Any, big: Any, glen: Any, threshold_us: float, step_starts: Any) -> Gaps:
@@ -215,6 +235,8 @@ def _notes(ctx: Any, trace: Any, tl: Any, recorded: bool) -> None:
         ctx.note("no accelerator: 'device' is the CPU ops of the main thread, idle is the time between them")
     if not (trace.kind == 6).any():  # EventKind.PYTHON
         ctx.note("no source locations: profile with with_stack=True to get file:line for gaps and findings")
+    if ctx.contention is not None and ctx.contention.contended:
+        ctx.note(ctx.contention.line())
 
 
 def _timeline_data(tl: Any, big: Any, glen: Any) -> Timeline:

@@ -21,6 +21,7 @@ __all__ = [
     "CLASS_WORDS",
     "CollectiveStats",
     "Communication",
+    "CpuContention",
     "DIAGNOSIS_SCHEMA_VERSION",
     "GAP_CLASSES",
     "Diagnosis",
@@ -211,21 +212,32 @@ class Steps:
 
 @dataclass(frozen=True)
 class Finding:
-    """One piece of advice. ``rule`` is a stable id (``elementwise_chain``, ``sync_in_loop``, ...)."""
+    """One piece of advice. ``rule`` is a stable id (``elementwise_chain``, ``sync_in_loop``, ...).
+
+    ``us_at_stake`` is what the proposed fix is expected to save (``evidence["at_stake_model"]``
+    says how it was estimated); where a rule also measures the distance to the hardware's limit
+    (``below_roof``), that gap is ``us_to_limit``: shown beside it, never ranked by."""
 
     rule: str
     message: str  #: what to change, in one line
-    us_at_stake: float  #: estimated time saved over the whole run if fixed
+    us_at_stake: float  #: the time the fix is expected to save over the whole run (recorded time)
     evidence: dict[str, Any] = field(default_factory=dict)  #: ops, regions, ``file:line``, the numbers
     severity: str = "medium"  #: ``high`` | ``medium`` | ``low`` | ``info``
-    us_per_step: float | None = None  #: ``us_at_stake`` per step, when the run has steps
+    us_per_step: float | None = None  #: ``us_at_stake`` per recorded step, when the run has steps
+    #: what the finding is about (the op, the chain, the optimizer, ...; "" = the run as a whole):
+    #: a long run's windows fold into one finding per (rule, subject)
+    subject: str = ""
+    #: the time above the hardware's limit for the same work (a kernel at the roof), where known
+    us_to_limit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
+            "subject": self.subject,
             "message": self.message,
             "us_at_stake": _r(self.us_at_stake),
             "us_per_step": None if self.us_per_step is None else _r(self.us_per_step),
+            "us_to_limit": None if self.us_to_limit is None else _r(self.us_to_limit),
             "severity": self.severity,
             "evidence": self.evidence,
         }
@@ -233,6 +245,7 @@ class Finding:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         per_step = d.get("us_per_step")
+        to_limit = d.get("us_to_limit")
         return cls(
             rule=str(d["rule"]),
             message=str(d["message"]),
@@ -240,6 +253,92 @@ class Finding:
             evidence=dict(d.get("evidence") or {}),
             severity=str(d.get("severity", "medium")),
             us_per_step=None if per_step is None else float(per_step),
+            subject=str(d.get("subject") or ""),
+            us_to_limit=None if to_limit is None else float(to_limit),
+        )
+
+
+@dataclass(frozen=True)
+class CpuContention:
+    """Whether the profiled thread had a CPU while it ran: what Linux counted for it
+    (``/proc/<tid>/schedstat``: time on a CPU, time runnable but waiting for one) and what the
+    other processes used (``/proc/stat`` less this process), over the recorded time.
+
+    The time the thread waited for a core is time the recording lasted only because the CPU was
+    shared: host- and CPU-side times (and the claims built on them) are inflated by it. Time the
+    thread slept (I/O, ``time.sleep``, a blocking wait) is not: contention does not lengthen it."""
+
+    wall_us: float  #: the recorded time these figures cover
+    run_us: float  #: the profiled thread on a CPU
+    wait_us: float  #: the profiled thread runnable, waiting for a CPU (the run queue)
+    others_cpu_us: float | None = None  #: CPU time of every other process meanwhile (None: not Linux)
+    cpus: int = 1
+
+    #: the thread waited for a core at least this share of the recorded time: the window was contended
+    CONTENDED_WAIT_PCT = 10.0
+
+    @property
+    def wait_pct(self) -> float:
+        """Share of the recorded time the thread spent waiting for a CPU."""
+        return 100.0 * self.wait_us / self.wall_us if self.wall_us > 0 else 0.0
+
+    @property
+    def others_cpus(self) -> float | None:
+        """CPUs the other processes kept busy on average (of ``cpus``)."""
+        return None if self.others_cpu_us is None or self.wall_us <= 0 else self.others_cpu_us / self.wall_us
+
+    @property
+    def contended(self) -> bool:
+        return self.wait_pct >= self.CONTENDED_WAIT_PCT
+
+    @property
+    def on_cpu_share(self) -> float:
+        """What the recorded time would be without the waiting, as a share of it (1: uncontended):
+        the factor the host- and CPU-side claims are scaled by."""
+        return max(1.0 - self.wait_us / self.wall_us, 0.05) if self.wall_us > 0 and self.contended else 1.0
+
+    def line(self) -> str:
+        """``CPU contended: the profiled thread waited for a core 38% of the recorded time (other
+        processes kept 1.6 of 2 CPUs busy): ...``"""
+        others = self.others_cpus
+        who = f" (other processes kept {others:.1f} of {self.cpus} CPUs busy)" if others is not None else ""
+        return (
+            f"CPU contended: the profiled thread waited for a core {self.wait_pct:.0f}% of the recorded time{who}: its ops "
+            "and the time between them ran slower than alone; the time at stake of host- and CPU-side findings leaves "
+            "that waiting out — profile on a quiet machine for figures to compare"
+        )
+
+    def plus(self, other: "CpuContention") -> "CpuContention":
+        """Two windows' figures together."""
+        others = None if self.others_cpu_us is None or other.others_cpu_us is None else self.others_cpu_us + other.others_cpu_us
+        return CpuContention(
+            self.wall_us + other.wall_us,
+            self.run_us + other.run_us,
+            self.wait_us + other.wait_us,
+            others,
+            max(self.cpus, other.cpus),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wall_us": _r(self.wall_us),
+            "run_us": _r(self.run_us),
+            "wait_us": _r(self.wait_us),
+            "wait_pct": _r(self.wait_pct, 2),
+            "others_cpu_us": None if self.others_cpu_us is None else _r(self.others_cpu_us),
+            "cpus": self.cpus,
+            "contended": self.contended,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CpuContention":
+        others = d.get("others_cpu_us")
+        return cls(
+            float(d["wall_us"]),
+            float(d["run_us"]),
+            float(d["wait_us"]),
+            None if others is None else float(others),
+            int(d.get("cpus", 1)),
         )
 
 
@@ -362,6 +461,8 @@ class Diagnosis:
     memory_line: str | None = None
     #: collectives (NCCL, RCCL, gloo): None when none ran in the window
     communication: Communication | None = None
+    #: whether the profiled thread had a CPU while it ran (None: not measured, e.g. a saved trace)
+    contention: CpuContention | None = None
 
     @property
     def window_us(self) -> float:
@@ -451,6 +552,7 @@ class Diagnosis:
             "timeline_data": None if self.timeline_data is None else self.timeline_data.to_dict(),
             **({"memory_line": self.memory_line} if self.memory_line else {}),
             "communication": None if self.communication is None else self.communication.to_dict(),
+            "contention": None if self.contention is None else self.contention.to_dict(),
         }
 
     @classmethod
@@ -475,6 +577,7 @@ class Diagnosis:
             timeline_data=None if tl is None else Timeline.from_dict(tl),
             memory_line=d.get("memory_line"),
             communication=None if not d.get("communication") else Communication.from_dict(d["communication"]),
+            contention=None if not d.get("contention") else CpuContention.from_dict(d["contention"]),
         )
 
 
@@ -508,10 +611,17 @@ def _what(d: "Diagnosis") -> str:
 
 
 def finding_line(f: "Finding") -> str:
-    stake = format_us(f.us_at_stake)
-    per = f", {format_us(f.us_per_step)}/step" if f.us_per_step is not None and f.us_at_stake > 0 else ""
-    at = f" (~{stake}{per} at stake)" if f.us_at_stake > 0 else ""
-    return f"[{f.rule}] {f.message}{at}"
+    """``[rule] message (~1.2ms, 61us/step at stake; 3.4ms above the roof)``: the expected saving,
+    then the gap to the hardware's limit where the rule measured one."""
+    said: list[str] = []
+    if f.us_at_stake > 0:
+        per = f", {format_us(f.us_per_step)}/step" if f.us_per_step is not None else ""
+        said.append(f"~{format_us(f.us_at_stake)}{per} at stake")
+    if f.us_to_limit:
+        said.append(f"{format_us(f.us_to_limit)} above the roof")
+    if f.evidence.get("contended"):
+        said.append("CPU contended: counted on-CPU time only")
+    return f"[{f.rule}] {f.message}" + (f" ({'; '.join(said)})" if said else "")
 
 
 def _stream_wait_why(d: "Diagnosis") -> str:
@@ -562,7 +672,12 @@ def headline_lines(d: "Diagnosis", *, more_hint: str = "") -> list[str]:
         why = f"{share:.0f}% of idle time is {CLASS_WORDS.get(top, top)}"
     # a run profiled in windows: the time recorded, not the wall time from the first window to the last
     over = float(d.evidence.get("recorded_us", d.window_us))
-    lines.append(f"{_what(d)} {d.device_busy_pct:.0f}%{where} over {format_us(over)} — {verdict}: {why}")
+    contended = ""
+    if d.contention is not None and d.contention.contended:
+        contended = (
+            f"; the CPU was contended (the profiled thread waited for a core {d.contention.wait_pct:.0f}% of the recorded time)"
+        )
+    lines.append(f"{_what(d)} {d.device_busy_pct:.0f}%{where} over {format_us(over)} — {verdict}: {why}{contended}")
     parts = [(c, us) for c, us in sorted(d.idle_us_by_class.items(), key=lambda kv: -kv[1]) if us > 0]
     if parts:
         shown = " · ".join(f"{c} {format_us(us)}" for c, us in parts[:4])

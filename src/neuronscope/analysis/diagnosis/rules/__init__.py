@@ -5,6 +5,12 @@ stable id (the ``Finding.rule``), reads only the context (trace model, timeline,
 steps, run facts) and returns nothing when its input is missing (it then says what to
 enable in ``ctx.notes``). Rules never raise into the pipeline: a failing rule is logged and
 skipped.
+
+A finding's message is rendered from its evidence by the rule's ``message`` function, and the
+evidence keys in ``adds`` are amounts (counts, times): a long run's windows then fold into one
+finding per (rule, subject) whose message, evidence and time at stake are the run's
+(analysis/fold.py). A rule whose findings follow from the summary alone (``below_roof``) gives
+``refold`` instead: the fold runs it again over the run's folded summary.
 """
 
 from __future__ import annotations
@@ -16,9 +22,32 @@ from typing import Any
 
 from ..model import Finding
 
-__all__ = ["Context", "RULES", "rule", "run_rules"]
+__all__ = [
+    "Context",
+    "MessageContext",
+    "RULES",
+    "SPECS",
+    "RuleSpec",
+    "RunContext",
+    "load_rules",
+    "make_finding",
+    "rule",
+    "run_rules",
+]
 
 log = logging.getLogger("neuronscope")
+
+
+@dataclass(frozen=True)
+class MessageContext:
+    """What a finding's message may quote besides its evidence: the recorded time and steps
+    (of one window, or of the whole run once folded)."""
+
+    window_us: float
+    steps: int
+
+    def per_step(self, amount: float) -> float | None:
+        return amount / self.steps if self.steps else None
 
 
 @dataclass
@@ -30,20 +59,47 @@ class Context:
     facts: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     communication: Any = None  # Communication | None
+    contention: Any = None  # CpuContention | None: the profiled thread waited for a CPU
 
     @property
     def device(self) -> str:
         return self.trace.device
 
+    @property
+    def words(self) -> MessageContext:
+        return MessageContext(self.timeline.window_ns / 1e3, self.steps)
+
     def per_step(self, us: float) -> float | None:
         return us / self.steps if self.steps else None
 
-    def finding(self, rule_id: str, message: str, us: float, evidence: dict[str, Any], severity: str | None = None) -> Finding:
-        window_us = max(self.timeline.window_ns / 1e3, 1e-9)
-        share = us / window_us
-        sev = severity or ("high" if share >= 0.15 else "medium" if share >= 0.05 else "low")
-        evidence = {**evidence, "pct_of_window": round(100 * share, 2)}
-        return Finding(rule_id, message, float(us), evidence, sev, self.per_step(us))
+    def finding(
+        self,
+        rule_id: str,
+        message: str | None,
+        us: float,
+        evidence: dict[str, Any],
+        severity: str | None = None,
+        *,
+        subject: str = "",
+        us_to_limit: float | None = None,
+        host_side: bool = True,
+    ) -> Finding:
+        """A finding; ``message=None`` renders it from the evidence with the rule's ``message``.
+        ``host_side``: the claim is host or CPU time, which contention inflates (deflated to the
+        thread's time on a CPU, and marked)."""
+        return make_finding(
+            rule_id,
+            message,
+            us,
+            evidence,
+            words=self.words,
+            device=self.device,
+            contention=self.contention,
+            severity=severity,
+            subject=subject,
+            us_to_limit=us_to_limit,
+            host_side=host_side,
+        )
 
     def unprofiled_ns(self, host_ns: float, positions: Any) -> float:
         """Host time ``host_ns`` spent in the ops at ``positions`` less what the profiler added
@@ -81,21 +137,119 @@ class Context:
             self.notes.append(text)
 
 
+@dataclass
+class RunContext:
+    """What a rule's ``refold`` writes to when a long run's windows are folded: the run's recorded
+    time and steps, and its contention (Context's ``finding``/``note``, without a trace)."""
+
+    device: str
+    words: MessageContext
+    contention: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    def finding(self, rule_id: str, message: str | None, us: float, evidence: dict[str, Any], **kw: Any) -> Finding:
+        return make_finding(
+            rule_id, message, us, evidence, words=self.words, device=self.device, contention=self.contention, **kw
+        )
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def make_finding(
+    rule_id: str,
+    message: str | None,
+    us: float,
+    evidence: dict[str, Any],
+    *,
+    words: MessageContext,
+    device: str,
+    contention: Any = None,
+    severity: str | None = None,
+    subject: str = "",
+    us_to_limit: float | None = None,
+    host_side: bool = True,
+) -> Finding:
+    """One finding: its claim deflated where the CPU was contended (a host-side claim, or any on a
+    CPU-only run), its severity from its share of the recorded time, its message from the evidence
+    (``message=None``) with the rule's ``message`` function."""
+    if host_side and contention is not None and contention.contended and (device == "cpu" or rule_id in HOST_RULES):
+        share = contention.on_cpu_share
+        us *= share
+        us_to_limit = None if us_to_limit is None else us_to_limit * share
+        evidence = {**evidence, "contended": True, "on_cpu_share": round(share, 3)}
+    share_of_window = us / max(words.window_us, 1e-9)
+    evidence = {**evidence, "pct_of_window": round(100 * share_of_window, 2)}
+    if message is None:
+        render = SPECS[rule_id].message
+        assert render is not None, f"rule {rule_id} has no message function"
+        message = render(evidence, words)
+    return Finding(
+        rule_id,
+        message,
+        float(us),
+        evidence,
+        severity or severity_of(share_of_window),
+        words.per_step(us),
+        subject=subject,
+        us_to_limit=us_to_limit,
+    )
+
+
+def severity_of(share_of_window: float) -> str:
+    return "high" if share_of_window >= 0.15 else "medium" if share_of_window >= 0.05 else "low"
+
+
+#: the rules whose claims are host time on any device (the time between ops, Python, dispatch)
+HOST_RULES = frozenset(
+    {"launch_bound_loop", "forloop_indexing", "optimizer_single_tensor", "sync_dataloader", "data_wait", "sync_in_loop"}
+)
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """How a rule's findings are worded and folded (see the module doc)."""
+
+    fn: Callable[[Context], list[Finding]]
+    #: the message from the evidence and the recorded time/steps (None: the rule words it itself)
+    message: Callable[[dict[str, Any], MessageContext], str] | None = None
+    #: evidence keys that are amounts: a run's value is the sum of its windows' (dicts add per key)
+    adds: tuple[str, ...] = ()
+    #: the run's findings from its folded summary, instead of adding the windows': called with the
+    #: summary and an object with Context's ``finding``, ``note``, ``words`` and ``device``
+    refold: Callable[[Any, Any], list[Finding]] | None = None
+
+
 RULES: dict[str, Callable[[Context], list[Finding]]] = {}
+SPECS: dict[str, RuleSpec] = {}
 
 
-def rule(rule_id: str) -> Callable[[Callable[[Context], list[Finding]]], Callable[[Context], list[Finding]]]:
+def rule(
+    rule_id: str,
+    *,
+    message: Callable[[dict[str, Any], MessageContext], str] | None = None,
+    adds: tuple[str, ...] = (),
+    refold: Callable[[Any, Any], list[Finding]] | None = None,
+) -> Callable[[Callable[[Context], list[Finding]]], Callable[[Context], list[Finding]]]:
     def register(fn: Callable[[Context], list[Finding]]) -> Callable[[Context], list[Finding]]:
         RULES[rule_id] = fn
+        SPECS[rule_id] = RuleSpec(fn, message, adds, refold)
         return fn
 
     return register
 
 
-def run_rules(ctx: Context) -> list[Finding]:
+def load_rules() -> dict[str, RuleSpec]:
+    """Every rule registered (the modules register theirs when imported)."""
     from . import compile as _compile  # noqa: F401 - the modules register their rules
     from . import communication, elementwise, launch, neuron, precision, roofline, sync, tidy  # noqa: F401
 
+    return SPECS
+
+
+def run_rules(ctx: Context) -> list[Finding]:
+    load_rules()
     found: list[Finding] = []
     for rule_id, fn in RULES.items():
         try:

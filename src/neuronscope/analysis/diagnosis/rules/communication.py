@@ -9,14 +9,26 @@ all-gather / reduce-scatter (FSDP: prefetch), many small collectives (fewer, lar
 
 from __future__ import annotations
 
-from . import Context, rule
+from typing import Any
+
+from . import Context, MessageContext, rule
 
 _MIN_SHARE = 0.05
 #: below this mean size a collective is latency-bound: fewer, larger ones win more than overlap
 _SMALL_BYTES = 1 << 20
 
 
-@rule("exposed_communication")
+def _message(ev: dict[str, Any], words: MessageContext) -> str:
+    collective, exposed = ev["collective_us"], ev["exposed_us"]
+    overlap = 100 * (collective - exposed) / collective if collective else 0.0
+    what = f"{ev['top_kind']} " if ev.get("top_kind") else ""
+    return (
+        f"{what}collectives ran with no compute beside them for {exposed / 1e3:.3f} ms "
+        f"({overlap:.0f}% of {collective / 1e3:.3f} ms overlapped): {ev['fix']}"
+    )
+
+
+@rule("exposed_communication", message=_message, adds=("collective_us", "exposed_us", "by_kind"))
 def exposed_communication(ctx: Context) -> list:
     comm = ctx.communication
     tl = ctx.timeline
@@ -43,12 +55,10 @@ def exposed_communication(ctx: Context) -> list:
     mean_bytes = sum(c.bytes or 0 for c in sized) / max(sum(c.calls for c in sized), 1) if sized else None
     if mean_bytes is not None and mean_bytes < _SMALL_BYTES and calls >= 20:
         fix += f"; {calls} collectives of {mean_bytes / 1024:.0f} KiB on average: fewer, larger ones (bigger buckets)"
-    what = f"{top.kind} " if top is not None else ""
     return [
         ctx.finding(
             "exposed_communication",
-            f"{what}collectives ran with no compute beside them for {comm.exposed_us / 1e3:.3f} ms "
-            f"({comm.overlap_pct:.0f}% of {comm.collective_us / 1e3:.3f} ms overlapped): {fix}",
+            None,
             comm.exposed_us,
             {
                 "collective_us": round(comm.collective_us, 3),
@@ -56,6 +66,10 @@ def exposed_communication(ctx: Context) -> list:
                 "overlap_pct": round(comm.overlap_pct, 2),
                 "by_kind": {c.kind: round(c.time_us, 3) for c in comm.by_kind},
                 "backend": comm.backend,
+                "top_kind": top.kind if top is not None else "",
+                "fix": fix,
             },
+            subject=top.kind if top is not None else "",
+            host_side=False,
         )
     ]

@@ -7,14 +7,25 @@ compile time (it is paid once, but it distorts every number of this profile).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..categories import is_compile
-from . import Context, rule
+from . import Context, MessageContext, rule
 
 _MIN_NS = 1_000_000
 _MIN_SHARE = 0.02
 
 
-@rule("compile_in_window")
+def _message(ev: dict[str, Any], words: MessageContext) -> str:
+    ms = ev["compile_us"] / 1e3
+    share = 100 * ev["compile_us"] / max(words.window_us, 1e-9)
+    return (
+        f"{ev['what']} ran inside the profile ({ms:.1f} ms, {share:.0f}% of the recorded time): warm up before profiling "
+        "(call it a few times first, or profile_neuron(warmup=N))"
+    )
+
+
+@rule("compile_in_window", message=_message, adds=("compile_us",))
 def compile_in_window(ctx: Context) -> list:
     tl, trace = ctx.timeline, ctx.trace
     compile_ns = int((tl.compile_e - tl.compile_s).sum())
@@ -29,9 +40,9 @@ def compile_in_window(ctx: Context) -> list:
     return [
         ctx.finding(
             "compile_in_window",
-            f"{what} ran inside the profile ({compile_ns / 1e6:.1f} ms, {100 * compile_ns / max(tl.window_ns, 1):.0f}% "
-            "of the window): warm up before profiling (call it a few times first, or profile_neuron(warmup=N))",
+            None,
             compile_ns / 1e3,
-            {"compile_us": round(compile_ns / 1e3, 3), "events": names[:10]},
+            {"compile_us": round(compile_ns / 1e3, 3), "events": names[:10], "what": what},
+            subject=what,
         )
     ]

@@ -26,14 +26,23 @@ import numpy as np
 
 from ..categories import REDUCTIONS
 from ..timeline import elementwise_mask, source_of
-from . import Context, rule
+from . import Context, MessageContext, rule
 
 _MIN_ELEMENTWISE = 3  # HTA's min_pattern_len
 _RMSNORM = {"aten::pow", "aten::mean", "aten::rsqrt", "aten::mul"}
 _SOFTMAX = {"aten::exp", "aten::sum", "aten::div"}
 
 
-@rule("elementwise_chain")
+def _message(ev: dict[str, Any], words: MessageContext) -> str:
+    chain = " → ".join(n.removeprefix("aten::") for n in ev["ops"])
+    at = f" at {ev['locations'][0]}" if ev.get("locations") else ""
+    fix = ev["fix"]
+    if ev.get("at_stake_is_lower_bound"):
+        fix += " (at least the dispatch it saves: profile with record_shapes=True to count the memory traffic too)"
+    return f"unfused elementwise chain {chain} ran ×{ev['occurrences']}{at}: {fix}"
+
+
+@rule("elementwise_chain", message=_message, adds=("occurrences", "chain_device_time_us", "between_ops_us"))
 def elementwise_chain(ctx: Context) -> list:
     tl, trace = ctx.timeline, ctx.trace
     top = tl.top_ops
@@ -117,23 +126,21 @@ def elementwise_chain(ctx: Context) -> list:
             fix = "fuse them: torch.compile the function (or write one fused op)"
         firsts = top[ulo[which == i][:50]]
         where = source_of(trace, firsts, limit=1)
-        at = f" at {where[0]}" if where else ""
-        occurrences = int(count[i])
-        if lower_bound:
-            fix += " (at least the dispatch it saves: profile with record_shapes=True to count the memory traffic too)"
         out.append(
             ctx.finding(
                 "elementwise_chain",
-                f"unfused elementwise chain {chain} ran ×{occurrences}{at}: {fix}",
+                None,
                 at_stake_ns / 1e3,
                 {
                     "ops": op_names,
-                    "occurrences": occurrences,
+                    "occurrences": int(count[i]),
                     "chain_device_time_us": round(float(dev_sum[i]) / 1e3, 3),
                     "between_ops_us": round(float(gap_sum[i]) / 1e3, 3),
                     "locations": where,
+                    "fix": fix,
                     "at_stake_is_lower_bound": lower_bound,
                 },
+                subject=chain,
             )
         )
     out.sort(key=lambda f: -f.us_at_stake)

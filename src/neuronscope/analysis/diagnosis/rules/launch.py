@@ -10,14 +10,24 @@ from __future__ import annotations
 import numpy as np
 
 from ...diagnosis.timeline import CLASS_INDEX
-from . import Context, rule
+from typing import Any
+
+from . import Context, MessageContext, rule
 
 _MIN_SHARE = 0.20
 _MAX_MEDIAN_NS = 50_000
 _MIN_OPS = 50
 
 
-@rule("launch_bound_loop")
+def _message(ev: dict[str, Any], words: MessageContext) -> str:
+    share = 100 * ev["launch_idle_us"] / max(words.window_us, 1e-9)
+    return (
+        f"small-op loop: {ev['ops']} ops of median {ev['median_op_us']:.1f} us, and {share:.0f}% of the recorded time is "
+        f"launch/dispatch time between them: {ev['fix']}"
+    )
+
+
+@rule("launch_bound_loop", message=_message, adds=("ops", "launch_idle_us"))
 def launch_bound_loop(ctx: Context) -> list:
     tl = ctx.timeline
     if not tl.window_ns or tl.top_ops.size < _MIN_OPS:
@@ -43,9 +53,8 @@ def launch_bound_loop(ctx: Context) -> list:
     return [
         ctx.finding(
             "launch_bound_loop",
-            f"small-op loop: {n} ops of median {median / 1e3:.1f} us, and {100 * share:.0f}% of the window is "
-            f"launch/dispatch time between them: {fix}",
+            None,
             launch_ns / 1e3,
-            {"ops": n, "median_op_us": round(median / 1e3, 3), "launch_idle_us": round(launch_ns / 1e3, 3)},
+            {"ops": n, "median_op_us": round(median / 1e3, 3), "launch_idle_us": round(launch_ns / 1e3, 3), "fix": fix},
         )
     ]

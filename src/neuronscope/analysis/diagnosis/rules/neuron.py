@@ -27,14 +27,23 @@ from ....trace.kinds import EventKind
 from ...intervals import overlap_with, union
 from ..categories import METADATA_OPS, SYNC_OPS
 from ..model import Finding
-from . import Context, rule
+from . import Context, MessageContext, rule
 
 _NEFF = re.compile(r"^neff_(\d+):(.+)$")
 _FALLBACK_MIN_US = 50.0
 _SCHEDULE_GAP_NS = 50_000
 
 
-@rule("neuron_cpu_fallback")
+def _fallback_message(ev: dict[str, Any], words: MessageContext) -> str:
+    ops = sorted(ev["ops"].items(), key=lambda kv: -kv[1]["cpu_time_us"])
+    names = ", ".join(f"{name} ×{o['calls']}" for name, o in ops[:4])
+    return (
+        f"{names} launched no NeuronCore work ({ev['host_us'] / 1e3:.2f} ms on the host): they likely ran on the CPU "
+        "fallback — use supported ops or dtypes, or keep that step off the device path"
+    )
+
+
+@rule("neuron_cpu_fallback", message=_fallback_message, adds=("ops", "host_us"))
 def neuron_cpu_fallback(ctx: Context) -> list:
     s = ctx.summary
     if ctx.device != "neuron" or s is None or not any(r.device_time_us > 0 for r in s.rows):
@@ -52,19 +61,26 @@ def neuron_cpu_fallback(ctx: Context) -> list:
         return []
     suspects.sort(key=lambda r: -r.cpu_time_us)
     us = sum(r.self_cpu_time_us for r in suspects)
-    names = ", ".join(f"{r.name} ×{r.calls}" for r in suspects[:4])
     return [
         ctx.finding(
             "neuron_cpu_fallback",
-            f"{names} launched no NeuronCore work ({us / 1e3:.2f} ms on the host): they likely ran on the CPU "
-            "fallback — use supported ops or dtypes, or keep that step off the device path",
+            None,
             us,
-            {"ops": {r.name: {"calls": r.calls, "cpu_time_us": r.cpu_time_us} for r in suspects[:10]}},
+            {"ops": {r.name: {"calls": r.calls, "cpu_time_us": r.cpu_time_us} for r in suspects[:10]}, "host_us": us},
         )
     ]
 
 
-@rule("neuron_recompilation")
+def _recompilation_message(ev: dict[str, Any], words: MessageContext) -> str:
+    worst = sorted(ev["neffs_per_op"].items(), key=lambda kv: -len(kv[1]))
+    text = ", ".join(f"{op} ({len(ids)} NEFFs)" for op, ids in worst[:4])
+    return (
+        f"recompiled graphs: {text} — the same op compiled again, usually for a new input shape or dtype: "
+        "pad or bucket shapes to a few sizes, and set neff_cache_dir so compiled NEFFs are reused"
+    )
+
+
+@rule("neuron_recompilation", message=_recompilation_message, adds=("neffs_per_op",))
 def neuron_recompilation(ctx: Context) -> list:
     if ctx.device != "neuron":
         return []
@@ -78,12 +94,10 @@ def neuron_recompilation(ctx: Context) -> list:
     if not recompiled:
         return []
     worst = sorted(recompiled.items(), key=lambda kv: -len(kv[1]))
-    text = ", ".join(f"{op} ({len(ids)} NEFFs)" for op, ids in worst[:4])
     return [
         ctx.finding(
             "neuron_recompilation",
-            f"recompiled graphs: {text} — the same op compiled again, usually for a new input shape or dtype: "
-            "pad or bucket shapes to a few sizes, and set neff_cache_dir so compiled NEFFs are reused",
+            None,
             0.0,
             {"neffs_per_op": {op: sorted(ids) for op, ids in worst[:10]}},
             severity="medium",
@@ -91,7 +105,15 @@ def neuron_recompilation(ctx: Context) -> list:
     ]
 
 
-@rule("neuron_schedule_gap")
+def _schedule_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return (
+        f"the NeuronCore started executions a median {ev['median_delay_us']:.0f} us after the runtime scheduled them "
+        f"({ev['executions']} executions): the host-side submit path is the bottleneck — batch more work per graph "
+        "(torch.compile / bigger NEFFs), avoid per-step host transfers"
+    )
+
+
+@rule("neuron_schedule_gap", message=_schedule_message, adds=("executions",))
 def neuron_schedule_gap(ctx: Context) -> list:
     if ctx.device != "neuron":
         return []
@@ -124,9 +146,7 @@ def neuron_schedule_gap(ctx: Context) -> list:
     return [
         ctx.finding(
             "neuron_schedule_gap",
-            f"the NeuronCore started executions a median {median / 1e3:.0f} us after the runtime scheduled them "
-            f"({delay.size} executions): the host-side submit path is the bottleneck — batch more work per graph "
-            "(torch.compile / bigger NEFFs), avoid per-step host transfers",
+            None,
             exposed / 1e3,
             {
                 "executions": int(delay.size),

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ....trace.kinds import EventKind
 from ..timeline import launcher_positions, source_of
-from . import Context, rule
+from . import Context, MessageContext, rule
 
 _MATMUL = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear"})
 _CONV = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"})
@@ -41,7 +43,12 @@ def _inputs(ctx: Context, names: frozenset[str]) -> dict[int, tuple[list, list]]
     return {p: v for p, v in trace.inputs.items() if trace.names[int(trace.name_id[p])] in names}
 
 
-@rule("fp32_matmul")
+def _fp32_message(ev: dict[str, Any], words: MessageContext) -> str:
+    at = f" at {ev['locations'][0]}" if ev.get("locations") else ""
+    return f"{ev['calls']} float32 {'/'.join(n.removeprefix('aten::') for n in ev['ops'])} calls{at}: {ev['advice']}"
+
+
+@rule("fp32_matmul", message=_fp32_message, adds=("calls", "device_time_us"))
 def fp32_matmul(ctx: Context) -> list:
     if ctx.device not in ("neuron", "cuda", "rocm"):
         return []
@@ -64,11 +71,16 @@ def fp32_matmul(ctx: Context) -> list:
     return [
         ctx.finding(
             "fp32_matmul",
-            f"{len(hits)} float32 {'/'.join(n.removeprefix('aten::') for n in names)} calls"
-            + (f" at {where[0]}" if where else "")
-            + f": {_precision_advice(ctx)}",
+            None,
             dev_ns / 2e3,
-            {"calls": len(hits), "ops": names, "device_time_us": round(dev_ns / 1e3, 3), "locations": where},
+            {
+                "calls": len(hits),
+                "ops": names,
+                "device_time_us": round(dev_ns / 1e3, 3),
+                "locations": where,
+                "advice": _precision_advice(ctx),
+            },
+            host_side=False,
         )
     ]
 
@@ -111,7 +123,14 @@ def _inclusive_total(ctx: Context, positions: list[int], dev_by_op: dict[int, in
     return total
 
 
-@rule("matmul_dims_unaligned")
+def _unaligned_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return (
+        f"{ev['calls']} half-precision matmuls with a dimension not a multiple of 8 (e.g. inputs {ev['example_shapes']}): "
+        "pad the dimensions to multiples of 8"
+    )
+
+
+@rule("matmul_dims_unaligned", message=_unaligned_message, adds=("calls", "device_time_us"))
 def matmul_dims_unaligned(ctx: Context) -> list:
     trace = ctx.trace
     recorded = _inputs(ctx, frozenset({"aten::mm", "aten::bmm", "aten::addmm"}))
@@ -131,9 +150,9 @@ def matmul_dims_unaligned(ctx: Context) -> list:
     return [
         ctx.finding(
             "matmul_dims_unaligned",
-            f"{len(hits)} half-precision matmuls with a dimension not a multiple of 8 (e.g. inputs {example}): "
-            "pad the dimensions to multiples of 8",
+            None,
             dev_ns / 4e3,
             {"calls": len(hits), "example_shapes": example, "device_time_us": round(dev_ns / 1e3, 3)},
+            host_side=False,
         )
     ]

@@ -11,14 +11,28 @@ read to drain, and removing ``.item()`` there saves nothing.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from ..timeline import CLASS_INDEX, source_of
-from . import Context, rule
+from . import Context, MessageContext, rule
 
 
-@rule("sync_in_loop")
+def _message(ev: dict[str, Any], words: MessageContext) -> str:
+    n = ev["syncs"]
+    if ev.get("device") == "cpu":
+        return (
+            f"{n} value reads (.item()) in the loop cost {ev['own_time_us'] / 1e3:.3f} ms of their own; on a CPU there is "
+            "no device queue for them to drain, so reading once per N steps saves only that"
+        )
+    per = f" ({n / words.steps:.1f} per step)" if words.steps else ""
+    ops = ", ".join(f"{name} ×{c}" for name, c in Counter(ev["by_op"]).most_common(3))
+    at = f" at {', '.join(ev['locations'])}" if ev.get("locations") else ""
+    return f"{n} host-device syncs{per} — {ops}{at}: keep values on the device, read them back every N steps, or use non_blocking copies"
+
+
+@rule("sync_in_loop", message=_message, adds=("syncs", "by_op", "sync_idle_us", "host_time_in_syncs_us", "own_time_us"))
 def sync_in_loop(ctx: Context) -> list:
     tl, trace = ctx.timeline, ctx.trace
     if tl.mode != "device":
@@ -40,14 +54,10 @@ def sync_in_loop(ctx: Context) -> list:
     at_stake_ns = min(idle_ns, blocked_ns)
     by_op = Counter(trace.names[int(i)] for i in trace.name_id[syncs])
     where = source_of(trace, syncs, limit=3)
-    ops = ", ".join(f"{name} ×{c}" for name, c in by_op.most_common(3))
-    per = f" ({n / ctx.steps:.1f} per step)" if ctx.steps else ""
-    at = f" at {', '.join(where)}" if where else ""
     return [
         ctx.finding(
             "sync_in_loop",
-            f"{n} host-device syncs{per} — {ops}{at}: keep values on the device, read them back every N steps, "
-            "or use non_blocking copies",
+            None,
             at_stake_ns / 1e3,
             {
                 "syncs": n,
@@ -73,8 +83,7 @@ def _cpu_value_reads(ctx: Context) -> list:
     return [
         ctx.finding(
             "sync_in_loop",
-            f"{reads.size} value reads (.item()) in the loop cost {own_ns / 1e6:.3f} ms of their own; on a CPU there is "
-            "no device queue for them to drain, so reading once per N steps saves only that",
+            None,
             own_ns / 1e3,
             {"syncs": int(reads.size), "own_time_us": round(own_ns / 1e3, 3), "device": "cpu"},
             severity="low",

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
 from ....trace.kinds import EventKind
 from ...nesting import nest
 from ..timeline import CLASS_INDEX, source_of
-from . import Context, rule
+from . import Context, MessageContext, rule
 
 _FILLS = frozenset(
     "aten::" + n for n in "fill_ zero_ normal_ uniform_ ones zeros full randn rand randint arange ones_like zeros_like".split()
@@ -110,7 +111,14 @@ def _time_us(ctx: Context, tree: _Tree, idx: list[int]) -> float:
 _TORCH_DEVICE = {"rocm": "cuda"}
 
 
-@rule("extra_copy")
+def _extra_copy_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return (
+        f"{ev['copies']} tensors filled on the CPU and then copied to the {ev['device']} device: "
+        f"create them there directly (torch.zeros(..., device='{ev['torch_device']}'))"
+    )
+
+
+@rule("extra_copy", message=_extra_copy_message, adds=("copies",))
 def extra_copy(ctx: Context) -> list:
     if ctx.device == "cpu" or not any(n in _COPY_TO for n in ctx.trace.names):
         return []
@@ -132,15 +140,30 @@ def extra_copy(ctx: Context) -> list:
     return [
         ctx.finding(
             "extra_copy",
-            f"{len(hits)} tensors filled on the CPU and then copied to the {ctx.device} device: "
-            f"create them there directly (torch.zeros(..., device='{torch_device}'))",
+            None,
             stake_us,
-            {"copies": len(hits), "locations": source_of(ctx.trace, tree.pos[hits], limit=2)},
+            {
+                "copies": len(hits),
+                "locations": source_of(ctx.trace, tree.pos[hits], limit=2),
+                "device": ctx.device,
+                "torch_device": torch_device,
+            },
+            host_side=False,
         )
     ]
 
 
-@rule("forloop_indexing")
+def _forloop_message(ev: dict[str, Any], words: MessageContext) -> str:
+    block = " → ".join(n.removeprefix("aten::") for n in ev["block"])
+    loops = ev.get("loops", 1)
+    times = f"{ev['iterations']} times" + (f" (×{loops} loops)" if loops > 1 else "")
+    return (
+        f"a Python loop indexes a tensor {times} ({block} per item): vectorise it (one op over the whole tensor instead "
+        "of one per element)"
+    )
+
+
+@rule("forloop_indexing", message=_forloop_message, adds=("loops",))
 def forloop_indexing(ctx: Context) -> list:
     if "aten::select" not in ctx.trace.names:
         return []
@@ -175,15 +198,24 @@ def forloop_indexing(ctx: Context) -> list:
     return [
         ctx.finding(
             "forloop_indexing",
-            f"a Python loop indexes a tensor {length} times ({' → '.join(n.removeprefix('aten::') for n in block)} per item): "
-            "vectorise it (one op over the whole tensor instead of one per element)",
+            None,
             host_us * (1 - 1 / length),
-            {"iterations": length, "block": list(block), "locations": source_of(ctx.trace, tree.pos[members[:1]], limit=1)},
+            {
+                "iterations": length,
+                "loops": 1,
+                "block": list(block),
+                "locations": source_of(ctx.trace, tree.pos[members[:1]], limit=1),
+            },
+            subject=" → ".join(block),
         )
     ]
 
 
-@rule("optimizer_single_tensor")
+def _optimizer_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return f"the {'/'.join(ev['optimizers'])} optimizer steps one tensor at a time: pass foreach=True (or fused=True) to it"
+
+
+@rule("optimizer_single_tensor", message=_optimizer_message, adds=("steps",))
 def optimizer_single_tensor(ctx: Context) -> list:
     trace = ctx.trace
     if ctx.device == "cpu":
@@ -212,17 +244,17 @@ def optimizer_single_tensor(ctx: Context) -> list:
     # ops and the next (the Python loop, dispatch) — not the arithmetic, which stays
     us = _between_children_us(ctx, tree, steps) if tree is not None and steps else 0.0
     names = sorted(found) or [re.search(r"_single_tensor_(\w+)", single_py[0]).group(1)]  # type: ignore[union-attr]
-    return [
-        ctx.finding(
-            "optimizer_single_tensor",
-            f"the {'/'.join(names)} optimizer steps one tensor at a time: pass foreach=True (or fused=True) to it",
-            us,
-            {"optimizers": names, "steps": len(steps)},
-        )
-    ]
+    return [ctx.finding("optimizer_single_tensor", None, us, {"optimizers": names, "steps": len(steps)}, subject="/".join(names))]
 
 
-@rule("sync_dataloader")
+def _dataloader_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return (
+        f"the DataLoader loads batches in the training process (num_workers=0, {ev['batches']} batches here): "
+        "set num_workers > 0 (and pin_memory=True on an accelerator)"
+    )
+
+
+@rule("sync_dataloader", message=_dataloader_message, adds=("batches", "exposed_data_wait_us"))
 def sync_dataloader(ctx: Context) -> list:
     trace = ctx.trace
     ids = [i for i, n in enumerate(trace.names) if "_SingleProcessDataLoaderIter" in n]
@@ -234,15 +266,18 @@ def sync_dataloader(ctx: Context) -> list:
     return [
         ctx.finding(
             "sync_dataloader",
-            f"the DataLoader loads batches in the training process (num_workers=0, {count} batches here): "
-            "set num_workers > 0 (and pin_memory=True on an accelerator)",
+            None,
             exposed_ns / 1e3,
             {"batches": count, "exposed_data_wait_us": round(exposed_ns / 1e3, 3)},
         )
     ]
 
 
-@rule("data_wait")
+def _data_wait_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return f"the loop waits for data: {ev['exposed_data_wait_us'] / 1e3:.3f} ms of the recorded time — {ev['fix']}"
+
+
+@rule("data_wait", message=_data_wait_message, adds=("exposed_data_wait_us",))
 def data_wait(ctx: Context) -> list:
     """The loop waits for its data loader (whatever its num_workers): the ``data`` idle time."""
     tl = ctx.timeline
@@ -261,14 +296,21 @@ def data_wait(ctx: Context) -> list:
     return [
         ctx.finding(
             "data_wait",
-            f"the loop waits for data: {exposed_ns / 1e6:.3f} ms of the window — {fix}",
+            None,
             exposed_ns / 1e3,
-            {"exposed_data_wait_us": round(exposed_ns / 1e3, 3), "multiprocess_workers": workers},
+            {"exposed_data_wait_us": round(exposed_ns / 1e3, 3), "multiprocess_workers": workers, "fix": fix},
         )
     ]
 
 
-@rule("grad_not_set_to_none")
+def _grad_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return (
+        f"zero_grad() zeroes {ev['tensors_zeroed']} gradient tensors instead of dropping them, and backward then adds "
+        "into them: call zero_grad(set_to_none=True)"
+    )
+
+
+@rule("grad_not_set_to_none", message=_grad_message, adds=("tensors_zeroed", "zeroing_us", "accumulating_us"))
 def grad_not_set_to_none(ctx: Context) -> list:
     if not any(_ZERO_GRAD.match(n) for n in ctx.trace.names):
         return []
@@ -294,15 +336,20 @@ def grad_not_set_to_none(ctx: Context) -> list:
     return [
         ctx.finding(
             "grad_not_set_to_none",
-            f"zero_grad() zeroes {len(zeroing)} gradient tensors instead of dropping them, and backward then adds "
-            "into them: call zero_grad(set_to_none=True)",
+            None,
             zero_us + accumulate_us,
             {"tensors_zeroed": len(zeroing), "zeroing_us": round(zero_us, 3), "accumulating_us": round(accumulate_us, 3)},
         )
     ]
 
 
-@rule("conv_bias_before_bn")
+def _conv_bias_message(ev: dict[str, Any], words: MessageContext) -> str:
+    return (
+        f"{ev['convolutions']} convolutions with a bias feed straight into BatchNorm (which cancels it): set bias=False on them"
+    )
+
+
+@rule("conv_bias_before_bn", message=_conv_bias_message, adds=("convolutions",))
 def conv_bias_before_bn(ctx: Context) -> list:
     trace = ctx.trace
     convs = {"aten::conv2d", "aten::convolution"}
@@ -327,10 +374,5 @@ def conv_bias_before_bn(ctx: Context) -> list:
     if not hits:
         return []
     return [
-        ctx.finding(
-            "conv_bias_before_bn",
-            f"{len(hits)} convolutions with a bias feed straight into BatchNorm (which cancels it): set bias=False on them",
-            _time_us(ctx, tree, hits) * 0.05,
-            {"convolutions": len(hits)},
-        )
+        ctx.finding("conv_bias_before_bn", None, _time_us(ctx, tree, hits) * 0.05, {"convolutions": len(hits)}, host_side=False)
     ]
