@@ -105,9 +105,8 @@ def activity_kind(category: str | None, *, on_device_lane: bool = False) -> Even
 
 
 #: torch.compile's call of one compiled graph (Inductor's ``CompiledFxGraph.__call__``). Inductor
-#: records it with ``keyword_values={"scope": "user_scope"}``, which torch 2.13 honours only when
-#: inputs are recorded: a ``cpu_op`` without ``record_shapes``, a ``user_annotation`` (a region)
-#: with it. On a CPU it runs Inductor's C++ kernels itself, so both readers make it an op on a
+#: records it with ``keyword_values={"scope": "user_scope"}``; torch 2.13's Kineto writes it as a
+#: ``cpu_op`` without ``record_shapes`` and as a ``user_annotation`` (a region) with it. On a CPU it runs Inductor's C++ kernels itself, so both readers make it an op on a
 #: CPU-only trace (:func:`.model.compiled_graph_calls_as_ops`); on an accelerator its kernels are
 #: device events of their own and it stays what Kineto says.
 COMPILED_GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
