@@ -18,12 +18,13 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from ..trace.kinds import COMPILED_GRAPH_CALL as _COMPILED_GRAPH
+
 if TYPE_CHECKING:
     from ..trace.model import Trace
 
 __all__ = ["compiled_functions", "compiled_graph_labels", "demangle", "display_name", "kernel_labels"]
 
-_COMPILED_GRAPH = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
 _COMPILED_REGION = re.compile(r"^Torch-Compiled Region: (\d+/\d+)")
 SHORT_HASH = 8
 

@@ -27,7 +27,7 @@ from .._paths import trace_file
 from ..errors import TraceLoadError
 from .kinds import CONCRETE_OPS, DEVICE_PROCESS, activity_kind, device_label
 from .memory import MEMORY_EVENT, OOM_EVENT, MemoryRecords
-from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
+from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace, compiled_graph_calls_as_ops
 
 __all__ = ["load_trace", "parse_trace_bytes"]
 
@@ -492,6 +492,7 @@ class _Columns:
                 runtime_names=self.runtime_names,
                 device_names=[str(d.get("name", "")) for d in (doc.deviceProperties or ()) if isinstance(d, dict)],
             )
+        compiled_graph_calls_as_ops(names, name_id, kind, device)
         start = _int64(self.start)
         if base:
             start += base

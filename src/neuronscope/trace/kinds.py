@@ -10,6 +10,8 @@ from .op_families import CONCRETE_OPS, MODELLED_OPS
 __all__ = [
     "ACTIVITY_KINDS",
     "activity_kind",
+    "COMPILED_GRAPH_CALL",
+    "compiled_graph_call_ids",
     "device_label",
     "FILTERED_NAMES",
     "CONCRETE_OPS",
@@ -101,6 +103,19 @@ def activity_kind(category: str | None, *, on_device_lane: bool = False) -> Even
     if on_device_lane:
         return EventKind.DEVICE
     return EventKind.OTHER
+
+
+#: torch.compile's call of one compiled graph (Inductor's ``CompiledFxGraph.__call__``). Inductor
+#: records it with ``keyword_values={"scope": "user_scope"}``; torch 2.13's Kineto writes it as a
+#: ``cpu_op`` without ``record_shapes`` and as a ``user_annotation`` (a region) with it. On a CPU it runs Inductor's C++ kernels itself, so both readers make it an op on a
+#: CPU-only trace (:func:`.model.compiled_graph_calls_as_ops`); on an accelerator its kernels are
+#: device events of their own and it stays what Kineto says.
+COMPILED_GRAPH_CALL = re.compile(r"^## Call CompiledFxGraph (\w+) ##$")
+
+
+def compiled_graph_call_ids(names: "tuple[str, ...] | list[str]") -> list[int]:
+    """Positions in the string table ``names`` of compiled graphs' calls."""
+    return [i for i, n in enumerate(names) if n.startswith("## Call CompiledFxGraph") and COMPILED_GRAPH_CALL.match(n)]
 
 
 #: Kineto names a device's process "<KIND> <id>" ("GPU 0", "MTIA 9"); the host's is the program

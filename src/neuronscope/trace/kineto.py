@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .kinds import CONCRETE_OPS, activity_kind
-from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace
+from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace, compiled_graph_calls_as_ops
 
 __all__ = ["trace_from_kineto"]
 
@@ -81,6 +81,7 @@ def trace_from_kineto(kineto_results: Any, *, device: str = "cpu", metadata: dic
         hidden = [i for i, nm in enumerate(names) if nm in FILTERED_NAMES or nm.startswith(MARKER_PREFIX)]
         if hidden:
             kind[np.isin(name_id, hidden)] = other
+        compiled_graph_calls_as_ops(names, name_id, kind, device)
         return Trace(
             names=names,
             kind=kind,

@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Event", "EventKind", "Trace"]
+__all__ = ["Event", "EventKind", "Trace", "compiled_graph_calls_as_ops"]
 
 
 from ..errors import ConfigurationError
-from .kinds import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind  # noqa: E402,F401
+from .kinds import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, compiled_graph_call_ids  # noqa: E402,F401
 
 
 class Event(NamedTuple):
@@ -227,6 +227,23 @@ class Trace:
             collectives=collectives,
             **{k: np.concatenate(v) for k, v in cols.items()},
         )
+
+
+def compiled_graph_calls_as_ops(names: tuple[str, ...], name_id: np.ndarray, kind: np.ndarray, device: str) -> None:
+    """On a CPU-only trace, make every call of a torch.compile graph an op (``kind``, in place).
+
+    The call runs Inductor's C++ kernels on the calling thread: its self time is the model's
+    work, which a CPU profile counts as device time. torch 2.13 writes it as a region
+    (``user_annotation``) when ``record_shapes=True`` and as an op otherwise (see
+    :data:`.kinds.COMPILED_GRAPH_CALL`); both trace readers call this, so a profile counts the
+    same time with or without shapes, live or reloaded. Kernels Inductor's kernel profiling
+    names (``graph_0_cpp_fused_...``) are ops already, nested inside the call.
+    """
+    if device != "cpu":  # on an accelerator the graph's kernels are device events of their own
+        return
+    calls = compiled_graph_call_ids(names)
+    if calls:
+        kind[np.isin(name_id, calls) & (kind == int(EventKind.REGION))] = int(EventKind.OP)
 
 
 _COLUMNS = ("kind", "start_ns", "duration_ns", "thread", "correlation_id", "linked_correlation_id")
