@@ -240,8 +240,9 @@ def _fold_one(rule: str, fs: list[tuple[int, Finding]], spec: Any, ctx: Any, win
     evidence["pct_of_window"] = round(100 * share, 2)
     evidence["windows"] = len({i for i, _ in fs})
     evidence["windows_total"] = windows_total
-    if any(f.evidence.get("contended") for f in found):
-        evidence["contended"] = True
+    marks = [f.evidence.get("contended") for f in found if f.evidence.get("contended")]
+    if marks:
+        evidence["contended"] = "scaled" if "scaled" in marks else marks[0]
     message = spec.message(evidence, ctx.words) if spec is not None and spec.message is not None else lead.message
     lead_share = float(lead.evidence.get("pct_of_window", 0.0)) / 100
     # a severity the rule set itself (not from the share of time) is kept

@@ -426,6 +426,11 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     if trace is None:
         if source.trace_error:  # saved, but truncated or damaged: the summary above is from summary.json
             return f'<p class="empty timeline-missing">the saved trace could not be read, so no timeline ({_e(source.trace_error)})</p>'
+        if source.manifest.get("coverage", {}).get("windows", 1) > 1:
+            return (
+                '<p class="empty timeline-missing">no window trace kept with this run, so no timeline (a run in windows '
+                "keeps its first and slowest windows' traces: neuronscope run --keep K)</p>"
+            )
         return '<p class="empty timeline-missing">no trace saved with this run, so no timeline (profile with save_trace=True)</p>'
     lanes, dropped = _lanes(trace, source.device)
     lanes = [ln for ln in lanes if ln.start.size]
@@ -488,6 +493,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
         f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="timeline of device activity">{ticks}{"".join(parts)}</svg>'
         f'<p class="note">{_e(source.device)} activity over {format_us(span / 1e3)}{_e(mode_note)}{_e(lane_note)}. '
         "Hover for names and durations.</p>"
+        + (f'<p class="note timeline-source">The timeline of {_e(source.trace_label)}.</p>' if source.trace_label else "")
     )
 
 

@@ -43,6 +43,9 @@ class Source:
     _memory_findings: list[Any] = field(default_factory=list)
     #: why the saved trace could not be read (a truncated or damaged file), None when it was
     trace_error: str | None = None
+    #: what the trace is when it is not the whole run's: a run in windows keeps its first and
+    #: slowest windows' traces (``"window 4 of 9, the slowest kept"``)
+    trace_label: str | None = None
 
     @property
     def diagnosis(self) -> Any:
@@ -131,7 +134,10 @@ def _from_run(run: Run) -> Source:
 
     def load() -> Trace | None:
         try:
-            return run.trace
+            trace = run.trace
+            if trace is None and run.path is not None:
+                trace, source.trace_label = _kept_window_trace(run.path, run.device)
+            return trace
         except TraceLoadError as exc:
             source.trace_error = str(exc)
             return None  # a damaged trace must not hide the summary we already have
@@ -148,6 +154,27 @@ def _from_run(run: Run) -> Source:
         _memory_tried=True,  # a run's memory report is the saved one (or none)
     )
     return source
+
+
+def _kept_window_trace(run_dir: Path, device: str) -> tuple[Trace | None, str | None]:
+    """A run in windows has no trace of its own: the trace of its slowest kept window (by the
+    windows index's score), else its first, and what it is."""
+    import json
+
+    try:
+        index = json.loads((run_dir / "windows.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    rows = [r for r in index.get("windows", ()) if isinstance(r, dict)]
+    kept = [r for r in rows if r.get("kept") and (run_dir / "windows" / f"{int(r['window']):04d}" / "trace.json.gz").is_file()]
+    if not kept:
+        return None, None
+    slowest = max(kept, key=lambda r: float(r.get("score") or 0.0))
+    from ..trace.chrome import load_trace
+
+    trace = load_trace(run_dir / "windows" / f"{int(slowest['window']):04d}" / "trace.json.gz", device=device)
+    which = "the slowest kept" if len(kept) > 1 else "the only one kept"
+    return trace, f"window {slowest['window']} of {len(rows)} ({which}; the run was profiled in windows)"
 
 
 def as_source(obj: Any) -> Source:

@@ -238,6 +238,12 @@ def diagnosis_renderable(diagnosis: Any, *, findings: int = 3, memory: Any = Non
     rest = list(diagnosis.findings[1 : 1 + max(findings - 1, 0)])
     for f in rest:
         text.append("\n  • " + finding_line(f), style="dim" if f.severity == "low" else "")
+    unlisted = len(diagnosis.findings) - 1 - len(rest)
+    if unlisted > 0:  # the headline's "+N more" counts them all: say where the rest are
+        text.append(
+            f"\n  • and {unlisted} more finding{'s' if unlisted > 1 else ''}: neuronscope show RUN --json lists every one",
+            style="dim",
+        )
     for note in diagnosis.notes:
         text.append(f"\n  note: {note}", style="dim")
     return text

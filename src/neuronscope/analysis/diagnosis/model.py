@@ -265,8 +265,10 @@ class CpuContention:
     other processes used (``/proc/stat`` less this process), over the recorded time.
 
     The time the thread waited for a core is time the recording lasted only because the CPU was
-    shared: host- and CPU-side times (and the claims built on them) are inflated by it. Time the
-    thread slept (I/O, ``time.sleep``, a blocking wait) is not: contention does not lengthen it."""
+    shared: what it spent running (ops, Python, dispatch) took ``(run + wait) / run`` times as
+    long as alone, and the claims built on such time are scaled back by :attr:`runnable_share`.
+    Time it slept or blocked (I/O, ``time.sleep``, a device sync) is not lengthened by contention:
+    claims about such waits are marked, not scaled."""
 
     wall_us: float  #: the recorded time these figures cover
     run_us: float  #: the profiled thread on a CPU
@@ -292,10 +294,11 @@ class CpuContention:
         return self.wait_pct >= self.CONTENDED_WAIT_PCT
 
     @property
-    def on_cpu_share(self) -> float:
-        """What the recorded time would be without the waiting, as a share of it (1: uncontended):
-        the factor the host- and CPU-side claims are scaled by."""
-        return max(1.0 - self.wait_us / self.wall_us, 0.05) if self.wall_us > 0 and self.contended else 1.0
+    def runnable_share(self) -> float:
+        """The share of its runnable time the thread really ran (1: uncontended): what an op, or
+        the Python between ops, took alone as a share of its time here."""
+        wanted = self.run_us + self.wait_us
+        return max(self.run_us / wanted, 0.05) if wanted > 0 and self.contended else 1.0
 
     def line(self) -> str:
         """``CPU contended: the profiled thread waited for a core 38% of the recorded time (other
@@ -303,8 +306,8 @@ class CpuContention:
         others = self.others_cpus
         who = f" (other processes kept {others:.1f} of {self.cpus} CPUs busy)" if others is not None else ""
         return (
-            f"CPU contended: the profiled thread waited for a core {self.wait_pct:.0f}% of the recorded time{who}: its ops "
-            "and the time between them ran slower than alone; the time at stake of host- and CPU-side findings leaves "
+            f"CPU contended: the profiled thread waited for a core {self.wait_pct:.0f}% of the recorded time{who}: what it "
+            f"ran took {1 / self.runnable_share:.1f}x as long as alone; the time at stake of findings about CPU work leaves "
             "that waiting out — profile on a quiet machine for figures to compare"
         )
 
@@ -619,8 +622,11 @@ def finding_line(f: "Finding") -> str:
         said.append(f"~{format_us(f.us_at_stake)}{per} at stake")
     if f.us_to_limit:
         said.append(f"{format_us(f.us_to_limit)} above the roof")
-    if f.evidence.get("contended"):
-        said.append("CPU contended: counted on-CPU time only")
+    contended = f.evidence.get("contended")
+    if contended == "marked":
+        said.append("measured while the CPU was contended")
+    elif contended:
+        said.append("CPU contended: its waiting for a core left out")
     return f"[{f.rule}] {f.message}" + (f" ({'; '.join(said)})" if said else "")
 
 

@@ -171,14 +171,18 @@ def make_finding(
     us_to_limit: float | None = None,
     host_side: bool = True,
 ) -> Finding:
-    """One finding: its claim deflated where the CPU was contended (a host-side claim, or any on a
-    CPU-only run), its severity from its share of the recorded time, its message from the evidence
-    (``message=None``) with the rule's ``message`` function."""
-    if host_side and contention is not None and contention.contended and (device == "cpu" or rule_id in HOST_RULES):
-        share = contention.on_cpu_share
+    """One finding: its claim scaled back where the CPU was contended and the claim is CPU work (a
+    host-side claim, or any on a CPU-only run; a wait is marked instead), its severity from its
+    share of the recorded time, its message from the evidence (``message=None``) with the rule's
+    ``message`` function."""
+    effect = _contention_effect(rule_id, device, host_side) if contention is not None and contention.contended else None
+    if effect == "scaled":
+        share = contention.runnable_share
         us *= share
         us_to_limit = None if us_to_limit is None else us_to_limit * share
-        evidence = {**evidence, "contended": True, "on_cpu_share": round(share, 3)}
+        evidence = {**evidence, "contended": "scaled", "runnable_share": round(share, 3)}
+    elif effect == "marked":
+        evidence = {**evidence, "contended": "marked"}
     share_of_window = us / max(words.window_us, 1e-9)
     evidence = {**evidence, "pct_of_window": round(100 * share_of_window, 2)}
     if message is None:
@@ -201,10 +205,21 @@ def severity_of(share_of_window: float) -> str:
     return "high" if share_of_window >= 0.15 else "medium" if share_of_window >= 0.05 else "low"
 
 
-#: the rules whose claims are host time on any device (the time between ops, Python, dispatch)
-HOST_RULES = frozenset(
-    {"launch_bound_loop", "forloop_indexing", "optimizer_single_tensor", "sync_dataloader", "data_wait", "sync_in_loop"}
-)
+#: the rules whose claims are time the host thread spent running on any device (the Python and
+#: dispatch between ops): contention lengthened it
+HOST_RULES = frozenset({"launch_bound_loop", "forloop_indexing", "optimizer_single_tensor"})
+#: the rules whose claims are time the thread waited (for data, for the device): sleep and I/O that
+#: contention does not lengthen, or decoding that it does -- marked, never scaled
+WAIT_RULES = frozenset({"sync_dataloader", "data_wait"})
+
+
+def _contention_effect(rule_id: str, device: str, host_side: bool) -> str | None:
+    """How contention bears on a claim: "scaled" (CPU work), "marked" (a wait), or None."""
+    if rule_id in WAIT_RULES or (rule_id == "sync_in_loop" and device != "cpu"):
+        return "marked"
+    if host_side and (device == "cpu" or rule_id in HOST_RULES):
+        return "scaled"
+    return None
 
 
 @dataclass(frozen=True)
