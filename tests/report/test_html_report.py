@@ -176,6 +176,9 @@ def test_diff_report_explains_the_change_in_wall_time(report_profiles):
     deltas = [float(v) for v in re.findall(r'<tr data-kind="(?:op|idle)" data-delta-us="(-?[\d.]+)"', html)]
     a = ns.diagnose(report_profiles.small)
     b = ns.diagnose(report_profiles.big)
-    if len(deltas) < 25:  # every part is drawn: they sum to the change of the run windows
-        assert sum(deltas) == pytest.approx(b.window_us - a.window_us, abs=0.01 * len(deltas) + 0.01)
+    # small runs 2 steps, big 20: the report compares them per step (issue 34.7)
+    assert 'data-basis="per_step"' in html and a.steps.count == 2 and b.steps.count == 20
+    if len(deltas) < 25:  # every part is drawn: they sum to the change of the run windows per step
+        per_step = b.window_us / b.steps.count - a.window_us / a.steps.count
+        assert sum(deltas) == pytest.approx(per_step, abs=0.01 * len(deltas) + 0.01)
     assert "slower than A" in re.search(r'id="diff-why">([^<]+)<', html).group(1)

@@ -22,7 +22,8 @@ from ._group import EXIT_FAILURE, cli
     type=click.FloatRange(min=0),
     default=None,
     metavar="PCT",
-    help="Exit 1 if B's total self device time (and each --op) is more than PCT percent above A's.",
+    help="Exit 1 if B's total self device time (and each --op) is more than PCT percent above A's "
+    "(per step or per recorded second when the runs recorded different shares of their time).",
 )
 @click.option(
     "--op",
@@ -37,6 +38,11 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
     Ops are matched by name and sorted by how much their self device time changed; a
     positive change means B is slower. Percentages are relative to A.
 
+    Like with like: when the runs' coverage, windows or recorded steps differ, every figure
+    (and the gate) is per recorded step when both have steps, else per recorded second. The
+    first line is the median step change when both runs have steps. "normalised" in --json
+    says what was divided by what, and why.
+
     \b
     As a CI performance gate:
       neuronscope diff baseline/ candidate/ --fail-if-slower 5 --op aten::mm
@@ -49,7 +55,14 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         "schema_version": 1,
         "a": Source, "b": Source,          # as in `show --json`
         "device_a": str, "device_b": str,
-        "total_device_time_us": D,
+        "headline": str,                   # the first line: the median step change when both have steps
+        "total_device_time_us": D,         # in the basis below (so are ops, regions, explanation, gate)
+        "normalised": {"basis": "per_step"|"per_recorded_second"|"total", "label": str, "reason": str,
+                       "a": null | {"divisor": num, "steps_recorded": int, "steps_timed": int,
+                                    "recorded_s": num, "wall_s": num, "coverage_pct": num,
+                                    "windows": int, "p50_step_us": num|null}, "b": ...,
+                       "why": {"coverage_pct"|"windows"|"steps_recorded": {"a", "b", "differ": bool}},
+                       "raw_total_device_time_us": D},    # not divided
         "op_count": int,                   # ops in A or B (before --top)
         "top": int,
         "ops": [{"name": str, "presence": "both"|"only_a"|"only_b",
@@ -61,26 +74,29 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         "explanation": null | {"a_us": num, "b_us": num, "delta_us": num,   # wall time
                                "contributions": [{"kind": "op"|"idle", "name": str,
                                                   "a_us": num, "b_us": num, "delta_us": num}, ...],
-                               "steps": null | {...}, "regions": [...]},   # contributions sum to delta_us
+                               "steps": null | {...}, "regions": [...],   # contributions sum to delta_us
+                               "normalised": {...}},                      # as above
         "memory": null | {"a_bytes": int, "b_bytes": int, "delta_bytes": int,  # the memory peak (both
                           "contributions": [{"op": str, "region": str,         # runs memory=True):
                                              "a_bytes": int, "b_bytes": int,   # held at the peak,
                                              "delta_bytes": int}, ...],        # sum to delta_bytes
                           "growth_per_step_bytes": {"a": int|null, "b": int|null},
                           "by_region": [...]},                                 # net bytes per region
-        "gate": null | {"fail_if_slower_pct": float, "ops": [str],
+        "gate": null | {"fail_if_slower_pct": float, "ops": [str], "basis": str,
                         "passed": bool,
                         "regressions": [{"what": "total"|"op", "name": str,
-                                         "a_us": float, "b_us": float,
-                                         "pct": float|null}, ...]}
+                                         "a_us": float, "b_us": float,   # in the basis
+                                         "pct": float|null, "basis": str}, ...]}
       }
     """
     if ops and fail_pct is None:
         raise click.UsageError("--op NAME only makes sense with --fail-if-slower PCT", ctx=click.get_current_context())
-    from ..analysis.diff import diff_summaries
+    from ..analysis.diff import choose_basis, diff_summaries
+    from ..report.sources import run_extent
 
     src_a, src_b = load_source(a), load_source(b)
-    d = diff_summaries(src_a.summary, src_b.summary)
+    basis = choose_basis(run_extent(src_a), run_extent(src_b))  # like with like: per step, per recorded s, or totals
+    d = diff_summaries(src_a.summary, src_b.summary, normalised=basis)
     missing = [name for name in ops if name not in d]
     if missing:
         examples = ", ".join(o.name for o in d.ops[:5])
@@ -93,7 +109,7 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
     if src_a.diagnosis is not None and src_b.diagnosis is not None:
         from ..analysis.diff import explain_diff
 
-        explanation = explain_diff(src_a.summary, src_b.summary, src_a.diagnosis, src_b.diagnosis)
+        explanation = explain_diff(src_a.summary, src_b.summary, src_a.diagnosis, src_b.diagnosis, normalised=basis)
 
     memory = None
     if src_a.memory is not None and src_b.memory is not None:
@@ -117,6 +133,7 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
             else {
                 "fail_if_slower_pct": fail_pct,
                 "ops": list(ops),
+                "basis": basis.basis,  # the gate compares the normalised figures
                 "passed": not regressions,
                 "regressions": [r.to_dict() for r in regressions],
             }
@@ -130,7 +147,8 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         console.print(diff_renderable(d, console, top=top or None, by_region=by_region, labels=labels))
         if explanation is not None:
             console.print()
-            console.print("[bold]Why:[/bold] where the wall time went (busy time by op, idle time by class)")
+            per = f", {basis.figures_label}" if basis.figures_label else ""
+            console.print(f"[bold]Why:[/bold] where the wall time went (busy time by op, idle time by class{per})")
             for line in explanation.lines(top=top or 8, labels=d.labels):
                 console.print(line, markup=False, soft_wrap=True)
         if memory is not None:
@@ -141,11 +159,15 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
     if fail_pct is not None:
         err = make_err_console()
         if regressions:
+            how = f" ({basis.reason()})" if basis.basis != "total" else ""
             for r in regressions:
-                err.print(f"FAIL: {r.describe()} is more than {fail_pct:g}% slower", style="red", markup=False, soft_wrap=True)
+                err.print(
+                    f"FAIL: {r.describe()} is more than {fail_pct:g}% slower{how}", style="red", markup=False, soft_wrap=True
+                )
             return EXIT_FAILURE
         checked = "total device time" + (f" and {', '.join(ops)}" if ops else "")
-        err.print(f"OK: {checked} within {fail_pct:g}% of A", style="green", markup=False, soft_wrap=True)
+        how = f" ({basis.reason()})" if basis.basis != "total" else ""
+        err.print(f"OK: {checked} within {fail_pct:g}% of A{how}", style="green", markup=False, soft_wrap=True)
     return 0
 
 

@@ -39,7 +39,7 @@ from urllib.parse import quote
 import numpy as np
 
 from .._version import __version__
-from ..analysis.diff import DIFF_OP_COLUMNS, DIFF_REGION_COLUMNS, SummaryDiff, diff_summaries
+from ..analysis.diff import DIFF_OP_COLUMNS, DIFF_REGION_COLUMNS, SummaryDiff, choose_basis, diff_summaries
 from ..analysis.intervals import busy_bins
 from ..analysis.nesting import nest
 from ..analysis.roofline import AT_LIMIT_PCT, Roofline
@@ -49,7 +49,7 @@ from ..trace.model import EventKind, Trace
 from ._assets import CSS, JS
 from .charts import LogScale, time_axis_ticks
 from .memory_html import memory_section
-from .sources import Source, as_source
+from .sources import Source, as_source, run_extent
 from ..analysis.text import format_rate, format_us, roofline_footer, roofline_rows
 
 __all__ = ["render_html", "write_html"]
@@ -562,12 +562,17 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
     def where(src: Source) -> str:
         return f'<div class="s path">{_e(src.path.name)}</div>' if src.path is not None else ""
 
+    n = d.normalised
+    per = f" {n.figures_label}" if n.figures_label else ""
     head = (
-        f'<div class="cards"><div class="card"><div class="k">A</div><div class="v">{_e(a.label)}</div>'
-        f'<div class="s">{format_us(d.total.a)}</div>{where(a)}</div>'
-        f'<div class="card"><div class="k">B</div><div class="v">{_e(b.label)}</div><div class="s">{format_us(d.total.b)}</div>'
+        f'<p class="verdict" id="diff-headline" data-basis="{n.basis}">{_e(d.headline())}</p>'
+        + (f'<p class="note" id="diff-basis">{_e(n.reason())}</p>' if n.basis != "total" else "")
+        + (f'<p class="warning">{_e(d.other_way_note())}</p>' if d.moved_apart else "")
+        + f'<div class="cards"><div class="card"><div class="k">A</div><div class="v">{_e(a.label)}</div>'
+        f'<div class="s">{format_us(d.total.a)}{_e(per)}</div>{where(a)}</div>'
+        f'<div class="card"><div class="k">B</div><div class="v">{_e(b.label)}</div><div class="s">{format_us(d.total.b)}{_e(per)}</div>'
         f"{where(b)}</div>"
-        f'<div class="card {cls}"><div class="k">self device time</div><div id="diff-total" class="v" '
+        f'<div class="card {cls}"><div class="k">self device time{_e(per)}</div><div id="diff-total" class="v" '
         f'data-pct="{d.total.pct if d.total.pct is not None else ""}">{_pct(d.total.pct)}</div>'
         f'<div class="s">{"+" if d.total.delta >= 0 else "−"}{format_us(abs(d.total.delta))}</div></div></div>'
     )
@@ -618,6 +623,11 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
     return "".join(out)
 
 
+def _compared(a: Source, b: Source) -> SummaryDiff:
+    """The diff of two sources, like with like (per step, per recorded s, or totals: analysis/diff.py)."""
+    return diff_summaries(a.summary, b.summary, normalised=choose_basis(run_extent(a), run_extent(b)))
+
+
 def _spec_table(table_id: str, cls: str, first: str, columns: Any, rows: list[tuple[str, Any]]) -> str:
     """A table from the one column spec the terminal and --json read too (analysis/diff.py)."""
     head = "".join(f'<th data-key="{c.key}">{_e(c.header)}</th>' for c in columns)
@@ -641,16 +651,18 @@ def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:
         return ""
     from ..analysis.diff import explain_diff
 
-    ex = explain_diff(a.summary, b.summary, a.diagnosis, b.diagnosis)
+    ex = explain_diff(a.summary, b.summary, a.diagnosis, b.diagnosis, normalised=d.normalised)
     head = ex.lines(top=0)[0]
+    n = d.normalised
     rows = "".join(
         f'<tr data-kind="{c.kind}" data-delta-us="{c.delta_us:.3f}"><td class="text">'
         f"{_e(d.label(c.name) if c.kind == 'op' else 'idle: ' + c.name)}</td>"
-        f"<td>{format_us(c.a_us)}</td><td>{format_us(c.b_us)}</td><td>{c.delta_us / 1e3:+.3f} ms</td></tr>"
+        f"<td>{format_us(c.a_us)}</td><td>{format_us(c.b_us)}</td><td>{c.delta_us / 1e3:+.3f} ms{_e(n.unit)}</td></tr>"
         for c in ex.contributions[:25]
     )
     return (
-        f'<h3>Why: where the wall time went</h3><p class="verdict" id="diff-why">{_e(head)}</p>'
+        f"<h3>Why: where the wall time went{_e(', ' + n.figures_label if n.figures_label else '')}</h3>"
+        f'<p class="verdict" id="diff-why">{_e(head)}</p>'
         '<table id="diff-explanation" class="diff-explanation"><thead><tr><th class="text">Part</th><th>A</th><th>B</th>'
         f"<th>Δ</th></tr></thead><tbody>{rows}</tbody></table>"
         '<p class="note">Busy time is split over the ops by their share of self device time; idle time by class. '
@@ -901,9 +913,7 @@ def render_html(
     sections = []
     nav = []
     if b is not None:
-        sections.append(
-            f'<section id="diff" class="diff"><h2>Diff: A → B</h2>{_diff(diff_summaries(a.summary, b.summary), a, b, top)}</section>'
-        )
+        sections.append(f'<section id="diff" class="diff"><h2>Diff: A → B</h2>{_diff(_compared(a, b), a, b, top)}</section>')
         nav.append('<a href="#diff">diff</a>')
     for key, src in (("a", a), ("b", b)):
         if src is not None:

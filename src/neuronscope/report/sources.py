@@ -19,10 +19,11 @@ from ..errors import ConfigurationError, TraceLoadError
 
 if TYPE_CHECKING:
     from .._run import Run
+    from ..analysis.diff import RunExtent
     from ..analysis.summary import Summary
     from ..trace.model import Trace
 
-__all__ = ["Source", "as_source", "find_trace_file", "open_source"]
+__all__ = ["Source", "as_source", "find_trace_file", "open_source", "run_extent"]
 
 
 @dataclass
@@ -194,3 +195,54 @@ def as_source(obj: Any) -> Source:
     if isinstance(obj, (str, os.PathLike)):
         return open_source(obj)
     raise ConfigurationError(f"expected a Run, Summary, Trace or path, not {type(obj).__name__}")
+
+
+def run_extent(source: Source) -> RunExtent | None:
+    """How much of its run ``source``'s summary holds (what ``diff`` divides by): the coverage
+    from the manifest, the recorded steps (a windowed run's ``windows.json`` rows; otherwise
+    the diagnosis' steps, which are the recorded ones), the median step. None for a bare
+    summary (no diagnosis, no manifest): nothing to normalise by."""
+    from ..analysis.diff import RunExtent
+
+    d = source.diagnosis
+    coverage = source.manifest.get("coverage")
+    coverage = coverage if isinstance(coverage, dict) else None
+    if d is None and coverage is None:
+        return None
+    recorded_us = float(d.evidence.get("recorded_us", d.window_us)) if d is not None else 0.0
+    wall_us = recorded_us
+    windows = 1
+    if coverage is not None:
+        recorded_us = float(coverage.get("recorded_ns", 0)) / 1e3 or recorded_us
+        wall_us = float(coverage.get("wall_ns", 0)) / 1e3 or recorded_us
+        windows = int(coverage.get("windows", 1))
+    steps = d.steps if d is not None and d.steps is not None and d.steps.count else None
+    window_steps = _window_steps(source.path)
+    if window_steps is not None:
+        recorded_steps = window_steps  # the fold's step count is every step timed, recorded or not
+    elif windows > 1:
+        recorded_steps = 0  # windows without their index: how many steps they hold is not known
+    else:
+        recorded_steps = steps.count if steps is not None else 0
+    return RunExtent(
+        recorded_us=recorded_us,
+        wall_us=wall_us,
+        windows=windows,
+        steps_recorded=recorded_steps,
+        steps_timed=steps.count if steps is not None else 0,
+        p50_step_us=steps.p50_us if steps is not None else None,
+    )
+
+
+def _window_steps(path: Path | None) -> int | None:
+    """The steps a windowed run recorded: the sum of its ``windows.json`` rows' steps (None: not windowed)."""
+    import json
+
+    index = path / "windows.json" if path is not None and path.is_dir() else None
+    if index is None or not index.is_file():
+        return None
+    try:
+        rows = json.loads(index.read_text()).get("windows", [])
+        return sum(int(r.get("steps", 0)) for r in rows)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # a damaged index: the steps are not known, the rest of the run still compares

@@ -372,15 +372,23 @@ def _spec_cols(columns: Any, rows: list[Any], arrow: str) -> list[_Col]:
 def diff_renderable(
     diff: SummaryDiff, console: Console, *, top: int | None = 20, by_region: bool = False, labels: tuple[str, str] = ("A", "B")
 ) -> RenderableType:
-    """Totals, then the ops whose self device time changed most (either way)."""
+    """The headline (the median step change when both runs have steps), the self device time in
+    the diff's basis and why that basis, then the ops whose self device time changed most."""
     from ..analysis.diff import DIFF_OP_COLUMNS
 
     a_label, b_label = labels
+    n = diff.normalised
     head = Text()
-    head.append("self device time ", style="bold")
+    if n.p50_step_us is not None:
+        head.append(diff.headline() + "\n", style="bold")
+    head.append("self device time" + (f" {n.figures_label}" if n.figures_label else "") + " ", style="bold")
     head.append(f"{format_us(diff.total.a)} -> {format_us(diff.total.b)}  ")
     head.append_text(_pct_text(diff.total))
     head.append(f"  ({_signed_us(diff.total.delta)})\n", style="dim")
+    if diff.moved_apart:
+        head.append(diff.other_way_note() + "\n", style="yellow")
+    if n.basis != "total":
+        head.append(n.reason() + "\n", style="dim")
     head.append(f"A = {a_label}\nB = {b_label}", style="dim")
     if diff.device_a != diff.device_b:
         head.append(f"\nwarning: comparing a {diff.device_a} profile with a {diff.device_b} profile", style="yellow")
