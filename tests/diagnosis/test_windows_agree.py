@@ -26,9 +26,9 @@ TRAIN = textwrap.dedent(
 
     class Decoded(Dataset):  # a sample costs its decoding, in the training process (num_workers=0)
         def __len__(self):
-            return 160 * 8
+            return 120 * 8
         def __getitem__(self, i):
-            time.sleep(0.0015)
+            time.sleep(0.004)
             return torch.randn(256), i % 10
 
     torch.manual_seed(0)
@@ -61,7 +61,7 @@ def _profile(tmp_path: Path, name: str, *options: str) -> tuple[Path, str]:
         env={**__import__("os").environ, "COLUMNS": "160"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "steps 160" in proc.stdout
+    assert "steps 120" in proc.stdout
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return run_dir, proc.stdout
 
@@ -87,7 +87,7 @@ def test_whole_and_windowed_give_the_same_verdict_top_finding_and_stake_per_step
     assert (top_f["rule"], top_f["subject"]) == (top_w["rule"], top_w["subject"])
     # per recorded step: the stake found in the recorded windows over the steps inside them
     recorded_steps = windowed["evidence"]["recorded_steps"]
-    assert 0 < recorded_steps < 160
+    assert 0 < recorded_steps < 120
     assert top_f["us_per_step"] == pytest.approx(top_f["us_at_stake"] / recorded_steps, rel=1e-3)
     ratio = top_f["us_per_step"] / top_w["us_per_step"]
     assert 1 / 1.5 <= ratio <= 1.5, (top_w, top_f)

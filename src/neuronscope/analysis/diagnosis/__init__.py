@@ -261,7 +261,7 @@ def _timeline_data(tl: Any, big: Any, glen: Any) -> Timeline:
 _CAUSE_RULES = {
     "data": ("sync_dataloader", "data_wait"),
     "sync": ("sync_in_loop",),
-    "launch": ("launch_bound_loop",),
+    "launch": ("launch_bound_loop", "forloop_indexing"),
     "compile": ("compile_in_window", "neuron_recompilation"),
     "communication": ("exposed_communication",),
 }

@@ -32,7 +32,18 @@ def launch_bound_loop(ctx: Context) -> list:
     tl = ctx.timeline
     if not tl.window_ns or tl.top_ops.size < _MIN_OPS:
         return []
-    launch_ns = int(tl.gap_ns()[tl.gap_cls == CLASS_INDEX["launch"]].sum())
+    launch = tl.gap_cls == CLASS_INDEX["launch"]
+    launch_ns = int(tl.gap_ns()[launch].sum())
+    # a Python loop that indexes a tensor item by item is forloop_indexing's (vectorise it): the
+    # dispatch gaps inside it are part of that claim, not a second one
+    from .tidy import loop_spans
+
+    loops_s, loops_e = loop_spans(ctx)
+    if loops_s.size:
+        from ...intervals import overlap_with, union
+
+        us_, ue_ = union(loops_s, loops_e)
+        launch_ns -= int(overlap_with(tl.gap_s[launch], tl.gap_e[launch], us_, ue_).sum())
     share = launch_ns / tl.window_ns
     if tl.mode == "device":
         from ....trace.kinds import EventKind

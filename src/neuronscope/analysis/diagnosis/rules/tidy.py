@@ -165,50 +165,81 @@ def _forloop_message(ev: dict[str, Any], words: MessageContext) -> str:
 
 @rule("forloop_indexing", message=_forloop_message, adds=("loops",))
 def forloop_indexing(ctx: Context) -> list:
-    if "aten::select" not in ctx.trace.names:
+    loops = vectorisable_loops(ctx)
+    found = []
+    for block, runs in loops.items():
+        # what vectorising saves: each loop's whole span, its ops and the Python between them
+        # (less what the profiler added to each event it recorded), but one iteration's worth
+        tree = _tree(ctx)
+        saved = 0.0
+        for length, members in runs:
+            pos = tree.pos[members]
+            span_ns = float((ctx.trace.start_ns[pos] + ctx.trace.duration_ns[pos]).max() - ctx.trace.start_ns[pos].min())
+            saved += ctx.unprofiled_ns(span_ns, pos) / 1e3 * (1 - 1 / length)
+        longest = max(runs, key=lambda r: r[0])
+        evidence = {
+            "iterations": longest[0],
+            "loops": len(runs),
+            "block": list(block),
+            "locations": source_of(ctx.trace, tree.pos[longest[1][:1]], limit=1),
+        }
+        found.append(ctx.finding("forloop_indexing", None, saved, evidence, subject=" → ".join(block)))
+    found.sort(key=lambda f: -f.us_at_stake)
+    return found[:2]
+
+
+def vectorisable_loops(ctx: Context) -> dict[tuple[str, ...], list[tuple[int, list[int]]]]:
+    """The Python loops that index a tensor item by item and could be one op over the whole
+    tensor: block -> [(iterations, member nodes of the tree)] (cached on the context)."""
+    cached = ctx.facts.get("_vectorisable_loops")
+    if cached is not None:
+        return cached
+    loops: dict[tuple[str, ...], list[tuple[int, list[int]]]] = defaultdict(list)
+    if "aten::select" in ctx.trace.names:
+        tree = _tree(ctx)
+        for kids in tree.children.values():
+            for length, members, block in _indexing_loops(tree, kids):
+                # each iteration runs the model on the previous one's output (a decoding loop, a
+                # recurrence): it cannot be vectorised, and the indexing is a small part of it
+                if not any(n in _MODEL_OPS or n.startswith("nn.Module") for n in block):
+                    loops[block].append((length, members))
+    ctx.facts["_vectorisable_loops"] = dict(loops)
+    return ctx.facts["_vectorisable_loops"]
+
+
+def loop_spans(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of every vectorisable loop: what ``forloop_indexing`` claims."""
+    loops = vectorisable_loops(ctx)
+    if not loops:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    tree, trace = _tree(ctx), ctx.trace
+    spans = []
+    for runs in loops.values():
+        for _, members in runs:
+            pos = tree.pos[members]
+            spans.append((int(trace.start_ns[pos].min()), int((trace.start_ns[pos] + trace.duration_ns[pos]).max())))
+    spans.sort()
+    return np.array([a for a, _ in spans], dtype=np.int64), np.array([b for _, b in spans], dtype=np.int64)
+
+
+def _indexing_loops(tree: _Tree, kids: list[int]) -> list[tuple[int, list[int], tuple[str, ...]]]:
+    """The loops among one node's children: runs of >= 10 identical blocks that each start with
+    ``aten::select`` — (iterations, the member nodes, the block)."""
+    names = [tree.name[k] for k in kids]
+    starts = [i for i, n in enumerate(names) if n == "aten::select"]
+    if len(starts) < _FORLOOP_MIN:
         return []
-    tree = _tree(ctx)
-    best: tuple[int, list[int], tuple[str, ...]] | None = None
-    for kids in tree.children.values():
-        names = [tree.name[k] for k in kids]
-        starts = [i for i, n in enumerate(names) if n == "aten::select"]
-        if len(starts) < _FORLOOP_MIN:
-            continue
-        blocks = [tuple(names[s:e]) for s, e in zip(starts, starts[1:] + [len(names)])]
-        run_start = 0
-        for i in range(1, len(blocks) + 1):
-            if i == len(blocks) or blocks[i] != blocks[run_start]:
-                length = i - run_start
-                if length >= _FORLOOP_MIN and (best is None or length > best[0]):
-                    members = [kids[j] for j in range(starts[run_start], starts[i - 1] + len(blocks[i - 1]))]
-                    best = (length, members, blocks[run_start])
-                run_start = i
-    if best is None:
-        return []
-    length, members, block = best
-    if any(n in _MODEL_OPS or n.startswith("nn.Module") for n in block):
-        # each iteration runs the model on the previous one's output (a decoding loop, a
-        # recurrence): it cannot be vectorised, and the indexing is a small part of it
-        return []
-    # what vectorising saves: the loop's whole span, its ops and the Python between them (less
-    # what the profiler added to each event it recorded), but one iteration's worth
-    pos = tree.pos[members]
-    span_ns = float((ctx.trace.start_ns[pos] + ctx.trace.duration_ns[pos]).max() - ctx.trace.start_ns[pos].min())
-    host_us = ctx.unprofiled_ns(span_ns, pos) / 1e3
-    return [
-        ctx.finding(
-            "forloop_indexing",
-            None,
-            host_us * (1 - 1 / length),
-            {
-                "iterations": length,
-                "loops": 1,
-                "block": list(block),
-                "locations": source_of(ctx.trace, tree.pos[members[:1]], limit=1),
-            },
-            subject=" → ".join(block),
-        )
-    ]
+    blocks = [tuple(names[s:e]) for s, e in zip(starts, starts[1:] + [len(names)])]
+    out = []
+    run_start = 0
+    for i in range(1, len(blocks) + 1):
+        if i == len(blocks) or blocks[i] != blocks[run_start]:
+            length = i - run_start
+            if length >= _FORLOOP_MIN:
+                members = [kids[j] for j in range(starts[run_start], starts[i - 1] + len(blocks[i - 1]))]
+                out.append((length, members, blocks[run_start]))
+            run_start = i
+    return out
 
 
 def _optimizer_message(ev: dict[str, Any], words: MessageContext) -> str:
