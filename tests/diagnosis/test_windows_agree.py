@@ -124,3 +124,18 @@ def test_the_folded_run_reads_right(runs):
     cov = json.loads((run_dir / "manifest.json").read_text())["coverage"]
     assert sum(cov["ended_by"].values()) == cov["windows"] == len(index)
     assert "ended by:" in printed and "windows of 0.4 s" not in printed
+
+
+def test_the_report_of_a_windowed_run_draws_a_kept_windows_timeline(runs, tmp_path):
+    run_dir, _ = runs["windowed"]
+    index = json.loads((run_dir / "windows.json").read_text())["windows"]
+    kept = [r for r in index if r.get("kept")]
+    slowest = max(kept, key=lambda r: r["score"])
+    html = tmp_path / "report.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronscope", "report", str(run_dir), "-o", str(html)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    page = html.read_text()
+    assert "no trace saved with this run" not in page
+    assert f"The timeline of window {slowest['window']} of {len(index)}" in page and 'class="chart timeline"' in page

@@ -369,6 +369,7 @@ class _Capture:
         self._native_thread = threading.get_native_id()  # the profiled thread, for its CPU contention
         self._cpu_at_start: Any = None  # _system.cpu_sample when this session or window started
         self._last_window_cpu: Any = None  # the last window's contention, measured as the capture ended
+        self._limit_lock = threading.Lock()  # one limit action at a time (capture/budget.py acts from two threads)
 
     # -- outcomes without a profile ------------------------------------------------------------
     def unsampled(self) -> Run:
@@ -493,10 +494,16 @@ class _Capture:
         rec = self.recording
         if rec is None or not self._open:
             return
+        with self._limit_lock:  # the watchdog and the stepping thread may both act at a boundary
+            self._limit_action(rec, action)
+
+    def _limit_action(self, rec: Recording, action: str) -> None:
         # on the capture's own thread, a window is delimited by the capture's markers as a whole
         # profile is (the diagnosis' window then holds its last step and the idle after it)
         own_thread = threading.get_ident() == rec.thread
         if action == "resume":
+            if rec.recording:
+                return  # resumed already (by the other thread): a second start would skip a window's number
             if rec.in_flight == 0 and session.resume(self):
                 rec.session_started_now(time.monotonic_ns())
                 self._window_start_ns = time.time_ns()
@@ -504,6 +511,8 @@ class _Capture:
                 if own_thread:
                     session.mark_capture(self)
             return
+        if not rec.recording:
+            return  # stopped already (by the other thread)
         if own_thread and self._windowed is not None:
             session.mark_capture(self, end=True)
         now, wall = time.monotonic_ns(), time.time_ns()
