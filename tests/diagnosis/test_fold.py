@@ -68,3 +68,25 @@ def test_the_folded_diagnosis_adds_time_and_keeps_each_windows_verdict(windows):
         fired = [x for p in parts for x in p.findings if x.rule == f.rule]
         assert f.us_at_stake == pytest.approx(sum(x.us_at_stake for x in fired))
         assert f.evidence["windows"] == len(fired)
+
+
+def test_folding_is_associative_so_a_long_run_folds_each_window_as_it_ends(windows):
+    """fold(fold(a, b), c) reads as fold(a, b, c): the running fold of issue 36 keeps one
+    diagnosis and one summary, never every window's."""
+    summaries = [summarize(t) for t in windows]
+    parts = [diagnose_trace(t, summary=s) for t, s in zip(windows, summaries)]
+    at_once = fold_diagnoses(parts, window_indexes=[1, 2, 3], summary=fold_summaries(summaries))
+    running_summary = fold_summaries(summaries[:2])
+    running = fold_diagnoses(parts[:2], window_indexes=[1, 2], summary=running_summary)
+    running_summary = fold_summaries([running_summary, summaries[2]])
+    running = fold_diagnoses([running, parts[2]], window_indexes=[0, 3], summary=running_summary)
+    assert running.device_busy_us == pytest.approx(at_once.device_busy_us)
+    assert running.idle_us_by_class == pytest.approx(at_once.idle_us_by_class)
+    assert running.bound_by == at_once.bound_by
+    assert running.evidence["recorded_steps"] == at_once.evidence["recorded_steps"] == 16
+    assert running.evidence["windows_folded"] == 3 and [w["window"] for w in running.evidence["windows"]] == [1, 2, 3]
+    assert running.steps.count == at_once.steps.count == 16
+    key = lambda d: [(f.rule, f.subject, round(f.us_at_stake, 3), f.message, f.evidence["windows"]) for f in d.findings]  # noqa: E731
+    assert key(running) == key(at_once)
+    assert running.notes == at_once.notes
+    assert [r.name for r in running_summary.rows] == [r.name for r in fold_summaries(summaries).rows]

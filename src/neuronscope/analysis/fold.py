@@ -226,11 +226,10 @@ def _add(values: list[Any]) -> Any:
     return present[0]
 
 
-def _fold_one(rule: str, fs: list[tuple[int, Finding]], spec: Any, ctx: Any, windows_total: int) -> Finding:
+def _fold_one(rule: str, found: list[Finding], spec: Any, ctx: Any, windows_total: int) -> Finding:
     """One (rule, subject)'s findings over the windows where they fired, as the run's finding."""
     from .diagnosis.rules import severity_of
 
-    found = [f for _, f in fs]
     lead = max(found, key=lambda f: f.us_at_stake)
     us = sum(f.us_at_stake for f in found)
     evidence = dict(lead.evidence)
@@ -238,7 +237,7 @@ def _fold_one(rule: str, fs: list[tuple[int, Finding]], spec: Any, ctx: Any, win
         evidence[key] = _add([f.evidence.get(key) for f in found])
     share = us / max(ctx.words.window_us, 1e-9)
     evidence["pct_of_window"] = round(100 * share, 2)
-    evidence["windows"] = len({i for i, _ in fs})
+    evidence["windows"] = sum(int(f.evidence.get("windows", 1)) for f in found)
     evidence["windows_total"] = windows_total
     marks = [f.evidence.get("contended") for f in found if f.evidence.get("contended")]
     if marks:
@@ -260,23 +259,23 @@ def _fold_one(rule: str, fs: list[tuple[int, Finding]], spec: Any, ctx: Any, win
     )
 
 
-def _fold_findings(parts: Sequence[Diagnosis], indexes: Sequence[int], ctx: Any, summary: Summary | None) -> list[Finding]:
+def _fold_findings(parts: Sequence[Diagnosis], ctx: Any, summary: Summary | None, windows_total: int) -> list[Finding]:
     from .diagnosis.rules import load_rules
 
     specs = load_rules()
-    groups: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
-    for index, d in zip(indexes, parts):
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for d in parts:
         for f in d.findings:
-            groups.setdefault((f.rule, f.subject), []).append((index, f))
+            groups.setdefault((f.rule, f.subject), []).append(f)
     folded: list[Finding] = []
     refolded = {rule for rule, spec in specs.items() if spec.refold is not None and summary is not None}
     for rule in sorted(refolded):
         for f in specs[rule].refold(summary, ctx):  # type: ignore[misc]
-            fired = {i for i, _ in groups.get((rule, f.subject), ())}
-            folded.append(replace(f, evidence={**f.evidence, "windows": len(fired), "windows_total": len(parts)}))
+            fired = sum(int(g.evidence.get("windows", 1)) for g in groups.get((rule, f.subject), ()))
+            folded.append(replace(f, evidence={**f.evidence, "windows": fired, "windows_total": windows_total}))
     for (rule, _subject), fs in groups.items():
         if rule not in refolded:
-            folded.append(_fold_one(rule, fs, specs.get(rule), ctx, len(parts)))
+            folded.append(_fold_one(rule, fs, specs.get(rule), ctx, windows_total))
     folded.sort(key=lambda f: (-f.us_at_stake, f.rule, f.subject))
     return folded
 
@@ -351,6 +350,58 @@ def _fold_communication(parts: Sequence[Diagnosis], recorded_us: float) -> Commu
     )
 
 
+#: a folded diagnosis lists the verdicts of at most this many windows (the latest); the rest are counted
+MAX_WINDOW_ROWS = 100
+
+
+def _windows_of(d: Diagnosis) -> int:
+    """How many windows a part stands for: 1, or what an earlier fold folded (a running fold)."""
+    return int(d.evidence.get("windows_folded", 1))
+
+
+def _recorded_steps_of(d: Diagnosis) -> int:
+    """The steps recorded in a part: a window's own, or an earlier fold's sum."""
+    if "recorded_steps" in d.evidence:
+        return int(d.evidence["recorded_steps"])
+    return d.steps.count if d.steps is not None else 0
+
+
+def _window_rows(parts: Sequence[Diagnosis], indexes: Sequence[int]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The verdict and busy share of each window (the latest ``MAX_WINDOW_ROWS``), and how many
+    windows had each verdict."""
+    rows: list[dict[str, Any]] = []
+    verdicts: dict[str, int] = {}
+    for i, d in zip(indexes, parts):
+        if "windows_folded" in d.evidence:  # an earlier fold: its rows and counts
+            rows += list(d.evidence.get("windows", ()))
+            for verdict, n in d.evidence.get("windows_by_verdict", {}).items():
+                verdicts[verdict] = verdicts.get(verdict, 0) + int(n)
+            continue
+        rows.append(
+            {
+                "window": i,
+                "start_ns": d.window_start_ns,
+                "end_ns": d.window_end_ns,
+                "bound_by": d.bound_by,
+                "device_busy_pct": round(d.device_busy_pct, 2),
+            }
+        )
+        verdicts[d.bound_by] = verdicts.get(d.bound_by, 0) + 1
+    return rows[-MAX_WINDOW_ROWS:], verdicts
+
+
+def _fold_verdict(parts: Sequence[Diagnosis], recorded: Sequence[Diagnosis], idle_by: dict[str, float], contention: Any) -> str:
+    from .diagnosis import judged_verdict
+
+    window_us = sum(d.device_busy_us + d.device_idle_us for d in recorded)
+    comm_us = sum(d.window_us for d in recorded if d.bound_by == "communication")
+    if not any(d.bound_by != "none" for d in parts):
+        return "none"
+    if comm_us * 2 >= window_us and comm_us > 0:
+        return "communication"
+    return judged_verdict(sum(d.device_busy_us for d in recorded), idle_by, contention)
+
+
 def fold_diagnoses(
     parts: Sequence[Diagnosis],
     *,
@@ -360,12 +411,14 @@ def fold_diagnoses(
 ) -> Diagnosis:
     """One diagnosis of all ``parts`` (the windows of one run, in time order).
 
+    The fold is associative: a part may itself be a fold (``evidence["windows_folded"]``), so a
+    long run folds each window into a running diagnosis as it ends, in constant time per window.
     ``timed``: every step the run timed, recorded or not (the count, the percentiles — without
     the steps neuronscope's own analysis ran beside, when others remain — and the slowest, with a
     note when ours overlapped it); ``window_indexes``: each part's window number; ``summary``:
     the run's folded summary (the rules that follow from it run again over it).
     """
-    from .diagnosis import _CAUSE_RULES, _verdict
+    from .diagnosis import _CAUSE_RULES
     from .diagnosis.rules import MessageContext, RunContext
 
     if not parts:
@@ -379,17 +432,15 @@ def fold_diagnoses(
     for d in recorded:
         for c, v in d.idle_us_by_class.items():
             idle_by[c] = idle_by.get(c, 0.0) + v
-    steps = _fold_steps(parts, timed)
-    anything = any(d.bound_by != "none" for d in parts)
-    comm_us = sum(d.window_us for d in recorded if d.bound_by == "communication")
-    if not anything:
-        bound_by = "none"
-    elif comm_us * 2 >= window_us and comm_us > 0:
-        bound_by = "communication"
-    else:
-        bound_by = _verdict(busy_pct, idle_by)
+    contention = _fold_contention(recorded)
+    bound_by = _fold_verdict(parts, recorded, idle_by, contention)
+    anything = bound_by != "none"
     indexes = list(window_indexes) if window_indexes is not None else list(range(1, len(parts) + 1))
+    rows, by_verdict = _window_rows(parts, indexes)
     idle_total = sum(idle_by.values())
+    # per-step figures are per *recorded* step: the time at stake was found in the recorded windows
+    recorded_steps = sum(_recorded_steps_of(d) for d in recorded)
+    windows_total = sum(_windows_of(d) for d in parts)
     evidence: dict[str, Any] = {
         "device_busy_pct": round(busy_pct, 2),
         "device_bound_at_pct": parts[0].evidence.get("device_bound_at_pct", 80.0),
@@ -397,32 +448,18 @@ def fold_diagnoses(
         "window_us": round(window_us, 3),
         "recorded_us": round(window_us, 3),
         "gap_threshold_us": parts[0].gaps.threshold_us,
-        "windows": [
-            {
-                "window": i,
-                "start_ns": d.window_start_ns,
-                "end_ns": d.window_end_ns,
-                "bound_by": d.bound_by,
-                "device_busy_pct": round(d.device_busy_pct, 2),
-            }
-            for i, d in zip(indexes, parts)
-        ],
+        "windows": rows,
+        "windows_by_verdict": by_verdict,
+        "windows_folded": windows_total,
+        "recorded_steps": recorded_steps,
     }
-    # per-step figures are per *recorded* step: the time at stake was found in the recorded windows
-    recorded_steps = sum(d.steps.count for d in recorded if d.steps is not None)
-    evidence["recorded_steps"] = recorded_steps
-    contention = _fold_contention(recorded)
     ctx = RunContext(device=parts[0].device, words=MessageContext(window_us, recorded_steps), contention=contention)
-    if anything:
-        ids = {id(d) for d in recorded}
-        kept = [(i, d) for i, d in zip(indexes, parts) if id(d) in ids]
-        findings = _fold_findings([d for _, d in kept], [i for i, _ in kept], ctx, summary)
-    else:
-        findings = []
+    findings = _fold_findings(recorded, ctx, summary, windows_total) if anything else []
     rules = _CAUSE_RULES.get(bound_by, ())
     findings = [f for f in findings if f.rule in rules] + [f for f in findings if f.rule not in rules]
     if contention is not None and contention.contended:
         ctx.note(contention.line())
+    steps = _fold_steps(parts, timed)
     memory_lines = [d.memory_line for d in parts if d.memory_line]
     return Diagnosis(
         device=parts[0].device,

@@ -67,11 +67,12 @@ class WindowedRun:
         self.spec = spec
         self.recording = recording
         self._lock = threading.Lock()
-        self._summaries: list[Any] = []
-        self._diagnoses: list[Any] = []
-        self._indexes: list[int] = []
-        self._memories: list[Any] = []
-        self._rows: list[dict[str, Any]] = []
+        # the running fold: each window is folded in as it ends (analysis/fold.py is associative),
+        # so memory and per-window work stay flat over any number of windows
+        self._summary: Any = None
+        self._diagnosis: Any = None
+        self._memory: Any = None  # the window with the highest memory peak
+        self._rows = _Rows()
         self._warnings: list[str] = []
         self._device: Any = None
         self.events = 0
@@ -156,14 +157,25 @@ class WindowedRun:
             self.events += events
             self._rows.append(row)
             if analysis.summary is not None and d is not None:
-                self._summaries.append(analysis.summary)
-                # the fold draws no timeline (each window's is in its own files): not kept per window
-                self._diagnoses.append(replace(d, timeline_data=None))
-                self._indexes.append(w.index)
-            if analysis.memory is not None:
-                self._memories.append(analysis.memory)
+                self._fold_in(w.index, analysis.summary, d)
+            m = analysis.memory
+            if m is not None and (self._memory is None or m.peak_bytes > self._memory.peak_bytes):
+                self._memory = m
             self._warnings += [w for w in analysis.warnings if w not in self._warnings]
             self._device = analysis.device if self._device is None else self._device
+
+    def _fold_in(self, index: int, summary: Any, diagnosis: Any) -> None:
+        """The run so far with window ``index`` folded in (under the lock)."""
+        from ..analysis.fold import fold_diagnoses, fold_summaries
+
+        diagnosis = replace(diagnosis, timeline_data=None)  # each window's timeline is in its own files
+        if self._summary is None:
+            self._summary, self._diagnosis = summary, diagnosis
+            self._first_index = index
+            return
+        self._summary = fold_summaries([self._summary, summary])
+        first = getattr(self, "_first_index", 1) if "windows_folded" not in self._diagnosis.evidence else 0
+        self._diagnosis = fold_diagnoses([self._diagnosis, diagnosis], window_indexes=[first, index], summary=self._summary)
 
     def _keeps(self, index: int, analysis: Analysis) -> bool:
         """Whether window ``index``'s raw trace is kept: the first, or among the ``keep`` slowest so far."""
@@ -215,8 +227,11 @@ class WindowedRun:
                 write_trace_model(analysis.trace, where / "trace.json.gz", meta)
             with self._lock:
                 self.kept.append(index)
+                self._rows.pin(index)
                 evicted = [k for k in self.kept if k != 1 and k not in self._kept_scores]
                 self.kept = [k for k in self.kept if k not in evicted]
+                for k in evicted:
+                    self._rows.unpin(k)
             for k in evicted:  # displaced by a slower window
                 shutil.rmtree(root / WINDOWS_DIR / f"{k:04d}", ignore_errors=True)
             self._write_index()
@@ -236,9 +251,13 @@ class WindowedRun:
             return
         try:
             with self._lock:
-                rows = [dict(r, kept=r["window"] in self.kept) for r in self._rows]
-            write_json(root / WINDOWS_INDEX, {"spec": self.spec.describe(), "windows": rows})
-            folded = self.folded(None, end_ns=time.time_ns(), start_ns=rows[0]["start_ns"] if rows else 0)
+                rows = [dict(r, kept=r["window"] in self.kept) for r in self._rows.rows()]
+                compacted = self._rows.compacted_dict()
+            index: dict[str, Any] = {"spec": self.spec.describe(), "windows": rows}
+            if compacted:
+                index["compacted"] = compacted
+            write_json(root / WINDOWS_INDEX, index)
+            folded = self.folded(None, end_ns=time.time_ns(), start_ns=self._rows.first_start_ns)
             if folded is not None:
                 data = folded.summary.to_dict() if folded.summary is not None else {}
                 if folded.diagnosis is not None:
@@ -250,22 +269,20 @@ class WindowedRun:
     # -- the run -----------------------------------------------------------------------------------
     def folded(self, stopped: str | None, *, start_ns: int, end_ns: int) -> Analysis | None:
         """The run's analysis: every window analysed so far folded into one, with its coverage."""
-        from ..analysis.fold import fold_diagnoses, fold_summaries
+        from ..analysis.fold import fold_diagnoses
 
         with self._lock:
-            summaries, diagnoses, indexes = list(self._summaries), list(self._diagnoses), list(self._indexes)
-            memories, warnings, device = list(self._memories), list(self._warnings), self._device
+            summary, running = self._summary, self._diagnosis
+            memory, warnings, device = self._memory, list(self._warnings), self._device
             # decided as each window was analysed (the writes may still be queued)
-            events, kept, windows = self.events, sorted({1, *self._kept_scores}), len(self._rows)
-            ended_by = Counter(str(r["ended_by"]) for r in self._rows)
-            lost = sum(1 for r in self._rows if r.get("lost"))
-            recorded_steps = sum(int(r.get("steps") or 0) for r in self._rows)
-        if not summaries:
+            events, kept, windows = self.events, sorted({1, *self._kept_scores}), self._rows.count
+            ended_by, lost, recorded_steps = dict(self._rows.ended_by), self._rows.lost, self._rows.steps
+        if summary is None:
             return None
         rec = self.recording
         timed = rec.steps.timed()
-        summary = fold_summaries(summaries)
-        diagnosis = fold_diagnoses(diagnoses, timed=timed if timed.count else None, window_indexes=indexes, summary=summary)
+        # the run's steps (every step timed, recorded or not) on the running fold: one part, no re-fold
+        diagnosis = fold_diagnoses([running], timed=timed if timed.count else None, window_indexes=[0], summary=summary)
         coverage = Coverage(
             wall_ns=max(end_ns - start_ns, 0),
             recorded_ns=rec.recorded_total_ns(time.monotonic_ns()) if stopped is None else rec.recorded_ns,
@@ -277,12 +294,11 @@ class WindowedRun:
             steps=timed.count,
             window_spec=self.spec.describe(),
             kept=tuple(kept),
-            ended_by=dict(ended_by),
+            ended_by=ended_by,
             lost=lost,
             recorded_steps=recorded_steps,
         )
         summary = replace(summary, notes=(*summary.notes, "profiled in windows: " + coverage.line()))
-        memory = max(memories, key=lambda m: m.peak_bytes) if memories else None
         from ..result import DeviceFacts
 
         return Analysis(
@@ -294,6 +310,70 @@ class WindowedRun:
             warnings=tuple(warnings),
             coverage=coverage,
         )
+
+
+class _Rows:
+    """windows.json's rows in bounded memory: the first and the latest ``KEEP`` windows, and every
+    kept or lost one, each in full; the windows between are added into one ``compacted`` entry
+    (how many, their events, steps, what ended them). Counts over every window are exact."""
+
+    KEEP = 100
+
+    def __init__(self) -> None:
+        self._head: list[dict[str, Any]] = []
+        self._tail: list[dict[str, Any]] = []
+        self._pinned: dict[int, dict[str, Any]] = {}  # kept or lost windows, by number
+        self._compacted: dict[str, Any] = {}
+        self.count = 0
+        self.lost = 0
+        self.steps = 0
+        self.ended_by: Counter[str] = Counter()
+        self.first_start_ns = 0
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.count += 1
+        self.lost += 1 if row.get("lost") else 0
+        self.steps += int(row.get("steps") or 0)
+        self.ended_by[str(row.get("ended_by"))] += 1
+        if not self._head:
+            self.first_start_ns = int(row.get("start_ns") or 0)
+        if row.get("lost"):
+            self._pinned[int(row["window"])] = row
+        if len(self._head) < self.KEEP:
+            self._head.append(row)
+            return
+        self._tail.append(row)
+        if len(self._tail) > self.KEEP:
+            self._compact(self._tail.pop(0))
+
+    def pin(self, window: int) -> None:
+        """Keep window ``window``'s row in full (its trace is kept)."""
+        for row in self._head + self._tail:
+            if row["window"] == window:
+                self._pinned[window] = row
+
+    def unpin(self, window: int) -> None:
+        row = self._pinned.get(window)
+        if row is not None and not row.get("lost"):
+            del self._pinned[window]
+
+    def _compact(self, row: dict[str, Any]) -> None:
+        c = self._compacted
+        c["windows"] = c.get("windows", 0) + 1
+        c["first"] = min(c.get("first", row["window"]), row["window"])
+        c["last"] = max(c.get("last", row["window"]), row["window"])
+        c["events"] = c.get("events", 0) + int(row.get("events") or 0)
+        c["steps"] = c.get("steps", 0) + int(row.get("steps") or 0)
+        ended = c.setdefault("ended_by", {})
+        ended[str(row.get("ended_by"))] = ended.get(str(row.get("ended_by")), 0) + 1
+
+    def rows(self) -> list[dict[str, Any]]:
+        listed = {int(r["window"]): r for r in self._head + self._tail}
+        listed.update(self._pinned)
+        return [listed[k] for k in sorted(listed)]
+
+    def compacted_dict(self) -> dict[str, Any]:
+        return dict(self._compacted)
 
 
 def _score(analysis: Analysis) -> float:

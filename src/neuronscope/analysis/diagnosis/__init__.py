@@ -16,6 +16,7 @@ from typing import Any
 
 from .model import (
     BOUND_BY,
+    RUNNABLE_IDLE,
     DIAGNOSIS_SCHEMA_VERSION,
     GAP_CLASSES,
     CollectiveStats,
@@ -65,6 +66,19 @@ _VERDICT_OF = {
 }
 
 
+def judged_verdict(busy_us: float, idle_by_class: dict[str, float], contention: Any = None) -> str:
+    """The verdict, judged without the time the thread waited for a CPU: under contention the ops
+    and the Python between them took longer while the waits (a DataLoader's sleep, a sync) did
+    not, which would tilt any run towards device-bound. Their time is scaled back by the share of
+    its runnable time the thread ran (:class:`CpuContention`)."""
+    if contention is not None and contention.contended:
+        share = contention.runnable_share
+        busy_us *= share
+        idle_by_class = {c: v * share if c in RUNNABLE_IDLE else v for c, v in idle_by_class.items()}
+    window = busy_us + sum(idle_by_class.values())
+    return _verdict(100.0 * busy_us / window if window else 0.0, idle_by_class)
+
+
 def _verdict(busy_pct: float, idle_by_class: dict[str, float]) -> str:
     if busy_pct >= DEVICE_BOUND_PCT or not any(idle_by_class.values()):
         return "device"
@@ -110,12 +124,12 @@ def diagnose_trace(
     # the verdict: none over an empty window ("device-bound" over nothing is a guess)
     recorded = window_ns > 0 and _has_work(trace, tl.lo, tl.hi)
     comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if recorded else (None, None, None)
-    bound_by = _verdict(busy_pct, idle_by_class) if recorded else "none"
+    contention = _contention(facts.get("cpu_contention"))
+    bound_by = judged_verdict(tl.busy_ns / 1e3, idle_by_class, contention) if recorded else "none"
     if comm is not None and _communication_bound(comm, tl, xs, xe):
         bound_by = "communication"
 
     # the advice
-    contention = _contention(facts.get("cpu_contention"))
     ctx = Context(
         trace=trace,
         timeline=tl,

@@ -649,6 +649,20 @@ def _stream_wait_why(d: "Diagnosis") -> str:
     return text
 
 
+#: the idle classes that are the thread running (Python, dispatch): contention lengthens them as it
+#: lengthens ops; the others are waits (data, syncs, queued device work), which it does not
+RUNNABLE_IDLE = ("host_wait", "launch")
+
+
+def judged_busy_pct(d: "Diagnosis") -> float:
+    """The busy share the verdict is judged on: under CPU contention, the ops and the Python between
+    them scaled back by the share of its runnable time the thread ran (waits are not)."""
+    share = d.contention.runnable_share if d.contention is not None else 1.0
+    busy = d.device_busy_us * share
+    idle = sum(v * share if c in RUNNABLE_IDLE else v for c, v in d.idle_us_by_class.items())
+    return 100.0 * busy / (busy + idle) if busy + idle > 0 else 0.0
+
+
 #: how ``print(diagnosis)`` says to list every finding
 _ALL_FINDINGS_HINT = "print(run.diagnosis.text(findings=None))"
 
@@ -681,7 +695,8 @@ def headline_lines(d: "Diagnosis", *, more_hint: str = "") -> list[str]:
     contended = ""
     if d.contention is not None and d.contention.contended:
         contended = (
-            f"; the CPU was contended (the profiled thread waited for a core {d.contention.wait_pct:.0f}% of the recorded time)"
+            f"; the CPU was contended (the profiled thread waited for a core {d.contention.wait_pct:.0f}% of the recorded "
+            f"time: without that waiting, busy {judged_busy_pct(d):.0f}%, the verdict's basis)"
         )
     lines.append(f"{_what(d)} {d.device_busy_pct:.0f}%{where} over {format_us(over)} — {verdict}: {why}{contended}")
     parts = [(c, us) for c, us in sorted(d.idle_us_by_class.items(), key=lambda kv: -kv[1]) if us > 0]
