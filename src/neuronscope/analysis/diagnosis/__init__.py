@@ -16,7 +16,6 @@ from typing import Any
 
 from .model import (
     BOUND_BY,
-    RUNNABLE_IDLE,
     DIAGNOSIS_SCHEMA_VERSION,
     GAP_CLASSES,
     CollectiveStats,
@@ -29,6 +28,7 @@ from .model import (
     Step,
     Steps,
     Timeline,
+    without_waiting,
 )
 
 __all__ = [
@@ -67,14 +67,10 @@ _VERDICT_OF = {
 
 
 def judged_verdict(busy_us: float, idle_by_class: dict[str, float], contention: Any = None) -> str:
-    """The verdict, judged without the time the thread waited for a CPU: under contention the ops
-    and the Python between them took longer while the waits (a DataLoader's sleep, a sync) did
-    not, which would tilt any run towards device-bound. Their time is scaled back by the share of
-    its runnable time the thread ran (:class:`CpuContention`)."""
-    if contention is not None and contention.contended:
-        share = contention.runnable_share
-        busy_us *= share
-        idle_by_class = {c: v * share if c in RUNNABLE_IDLE else v for c, v in idle_by_class.items()}
+    """The verdict, judged without the time the thread waited for a CPU (:func:`.model.without_waiting`):
+    under contention the ops and the Python between them took longer while the waits (a
+    DataLoader's sleep, a sync) did not, which would tilt any run towards device-bound."""
+    busy_us, idle_by_class = without_waiting(busy_us, idle_by_class, contention)
     window = busy_us + sum(idle_by_class.values())
     return _verdict(100.0 * busy_us / window if window else 0.0, idle_by_class)
 
@@ -118,13 +114,13 @@ def diagnose_trace(
 
     # steps
     found = find_steps(trace, tl.lo, tl.hi, tl.main_thread)
-    steps = _steps(tl, *found) if found is not None else None
     gaps = _gaps(tl, big, glen, gap_threshold_us, found[2] if found is not None else np.empty(0, dtype=np.int64))
 
     # the verdict: none over an empty window ("device-bound" over nothing is a guess)
     recorded = window_ns > 0 and _has_work(trace, tl.lo, tl.hi)
     comm, xs, xe = measure_communication(trace, tl.lo, tl.hi, tl.busy_s, tl.busy_e) if recorded else (None, None, None)
     contention = _contention(facts.get("cpu_contention"))
+    steps = _steps(tl, *found, contention=contention) if found is not None else None
     bound_by = judged_verdict(tl.busy_ns / 1e3, idle_by_class, contention) if recorded else "none"
     if comm is not None and _communication_bound(comm, tl, xs, xe):
         bound_by = "communication"
@@ -345,7 +341,7 @@ def _wait_text(tl: Any, call: int) -> str:
     return f"{name} at {where}"
 
 
-def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any) -> Steps:
+def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any, *, contention: Any = None) -> Steps:
     import numpy as np
 
     from ..intervals import overlap_with
@@ -369,7 +365,13 @@ def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any) -> Steps:
         pct = 100.0 * int(busy[i]) / d if d > 0 else 0.0
         idle = {CLASSES[c]: float(per_class[c, i]) for c in range(len(CLASSES))}
         per_step.append(
-            Step(index=i, start_ns=int(s_start[i]), duration_us=d / 1e3, device_busy_pct=pct, bound_by=_verdict(pct, idle))
+            Step(
+                index=i,
+                start_ns=int(s_start[i]),
+                duration_us=d / 1e3,
+                device_busy_pct=pct,
+                bound_by=judged_verdict(float(busy[i]), idle, contention),
+            )
         )
     us = dur / 1e3
     slowest = int(np.argmax(dur)) if count else 0

@@ -654,13 +654,27 @@ def _stream_wait_why(d: "Diagnosis") -> str:
 RUNNABLE_IDLE = ("host_wait", "launch")
 
 
+def without_waiting(busy_us: float, idle_by_class: dict[str, float], contention: Any) -> tuple[float, dict[str, float]]:
+    """Busy time and idle time by class as they would have been without the time the thread waited
+    for a core: that wait landed in what it ran — its ops, and the Python between them, where a
+    preemption shows as a long ``host_wait`` gap — in proportion to their time; waits (data,
+    syncs, queued device work) were not lengthened. (Unchanged when not contended.)"""
+    if contention is None or not contention.contended:
+        return busy_us, dict(idle_by_class)
+    runnable_gaps = sum(v for c, v in idle_by_class.items() if c in RUNNABLE_IDLE)
+    ran = busy_us + runnable_gaps
+    wait = min(contention.wait_us * (busy_us + sum(idle_by_class.values())) / max(contention.wall_us, 1e-9), ran)
+    in_gaps = wait * runnable_gaps / ran if ran > 0 else 0.0
+    idle = dict(idle_by_class)
+    idle["host_wait"] = max(idle.get("host_wait", 0.0) - in_gaps, 0.0)
+    return max(busy_us - (wait - in_gaps), 0.0), idle
+
+
 def judged_busy_pct(d: "Diagnosis") -> float:
-    """The busy share the verdict is judged on: under CPU contention, the ops and the Python between
-    them scaled back by the share of its runnable time the thread ran (waits are not)."""
-    share = d.contention.runnable_share if d.contention is not None else 1.0
-    busy = d.device_busy_us * share
-    idle = sum(v * share if c in RUNNABLE_IDLE else v for c, v in d.idle_us_by_class.items())
-    return 100.0 * busy / (busy + idle) if busy + idle > 0 else 0.0
+    """The busy share the verdict is judged on (:func:`without_waiting`)."""
+    busy, idle = without_waiting(d.device_busy_us, d.idle_us_by_class, d.contention)
+    total = busy + sum(idle.values())
+    return 100.0 * busy / total if total > 0 else 0.0
 
 
 #: how ``print(diagnosis)`` says to list every finding
