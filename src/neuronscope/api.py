@@ -193,6 +193,9 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     if mode == "events" or (mode == "summary" and run.device != "cpu"):
         # the events, or the device lanes: the saved trace, loaded now
         result = replace(result, analysis=replace(result.analysis, trace=run.trace))
+    from .sinks.otel.service import note_replayed_program
+
+    note_replayed_program(run.manifest.get("program"))  # providers built now: named after the recorded program
     tracer_provider, meter_provider = resolve_providers(settings)
     if tracer_provider is None:
         return None
