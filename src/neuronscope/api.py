@@ -170,7 +170,9 @@ def _other_changes(control: Any, device_limits: Any) -> dict[str, Any]:
 def flush(timeout: float | None = 30.0) -> bool:
     """Wait until every finished profile has been processed and its telemetry exported.
 
-    Returns False if ``timeout`` seconds passed first (never raises).
+    Returns False if ``timeout`` seconds passed first, or if an export of neuronscope's own
+    OpenTelemetry providers failed since the last flush (something was not delivered: a dead
+    endpoint, an error answer, a signal the endpoint does not take). Never raises.
     """
     return _wiring.flush(timeout)
 

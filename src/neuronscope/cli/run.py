@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..sinks.rundir import set_program
 from ._group import EXIT_FAILURE, Failure, cli
 
 if TYPE_CHECKING:
@@ -241,8 +242,6 @@ def run(
     import neuronscope as ns
 
     target, argv0, name = _resolve(script, as_module)
-    from ..sinks.rundir import set_program
-
     set_program(script if as_module else name)  # the runs' "program" and the default service.name
     if not as_module and Path(target).is_file() and not _compiles(target):
         return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
