@@ -134,9 +134,11 @@ def test_flush_is_false_when_an_export_failed_and_true_when_all_arrived(monkeypa
 # -- a backend that takes traces but not metrics ------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_export_to_a_traces_only_backend_succeeds_for_the_spans(saved_run, protocol):
-    with OtlpReceiver(protocol, signals=("traces",)) as rx:
+@pytest.mark.parametrize("protocol, status", [("http", 405), ("http", 404), ("grpc", None)], ids=["http-405", "http-404", "grpc"])
+def test_export_to_a_traces_only_backend_succeeds_for_the_spans(saved_run, protocol, status):
+    """405 (Phoenix) or gRPC UNIMPLEMENTED say it at once; a 404 says it because the spans
+    arrived at the same base URL just before (else a 404 is a wrong URL, and said so)."""
+    with OtlpReceiver(protocol, signals=("traces",), missing_status=status or 405) as rx:
         done = _export(saved_run, rx.endpoint, protocol)
         spans = list(rx.spans)
     assert done.returncode == 0, done.stderr
@@ -145,7 +147,7 @@ def test_export_to_a_traces_only_backend_succeeds_for_the_spans(saved_run, proto
     assert any(s["trace_id"] == trace_id and s["name"] == "saved" and s["parent_span_id"] is None for s in spans)
     (line,) = _lines(done.stderr)  # one line: the signal it lacks and the switch that turns it off
     assert line.startswith("neuronscope: the OTLP endpoint ") and "does not take metrics" in line, line
-    assert ("HTTP 405 Method Not Allowed" if protocol == "http" else "gRPC UNIMPLEMENTED") in line
+    assert {405: "HTTP 405 Method Not Allowed", 404: "HTTP 404 Not Found", None: "gRPC UNIMPLEMENTED"}[status] in line
     assert line.endswith("To turn metrics off, set OTEL_METRICS_EXPORTER=none"), line
 
 

@@ -19,7 +19,8 @@ mode           OTLP/HTTP                                    OTLP/gRPC
 =============  ===========================================  =======================================
 
 ``signals=("traces",)`` makes a traces-only backend, as Arize Phoenix is: a metrics export gets
-HTTP 405 Method Not Allowed (what Phoenix answers on ``/v1/metrics``), over gRPC UNIMPLEMENTED
+HTTP 405 Method Not Allowed (what Phoenix answers on ``/v1/metrics``; ``missing_status=404``: a
+404, as a receiver without that pipeline answers), over gRPC UNIMPLEMENTED
 (no MetricsService registered). Over HTTP such requests count in ``rx.requests`` and
 ``rx.request_log`` (mode "not served"); over gRPC they never reach the receiver's code.
 
@@ -211,6 +212,7 @@ class OtlpReceiver:
         delay_s: float = 2.0,
         retry_after_s: float | None = None,
         signals: tuple[str, ...] = ("traces", "metrics"),
+        missing_status: int = 405,
     ) -> None:
         if protocol not in ("http", "grpc"):
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
@@ -218,6 +220,7 @@ class OtlpReceiver:
             raise ValueError(f"signals must be some of {tuple(_SIGNALS)}, not {signals!r}")
         self.protocol = protocol
         self.signals = tuple(signals)
+        self.missing_status = missing_status  # HTTP answer to a signal not served (Jaeger, Tempo: 404)
         self.mode = mode  # validated by the property setter
         self.delay_s = delay_s
         self.retry_after_s = retry_after_s
@@ -405,7 +408,7 @@ def _start_http(rx: OtlpReceiver) -> ThreadingHTTPServer:
                 return self._reply(404, _status_body(5, f"no OTLP signal at {self.path}"))
             if signal not in rx.signals:  # a traces-only backend (Phoenix) on /v1/metrics
                 rx._not_served(signal, dict(self.headers.items()))
-                return self._reply(405, b"", {"Allow": "OPTIONS"})
+                return self._reply(rx.missing_status, b"", {"Allow": "OPTIONS"} if rx.missing_status == 405 else None)
             if "json" in (self.headers.get("Content-Type") or ""):
                 return self._reply(415, _status_body(3, "this receiver speaks binary protobuf only"))
             try:
