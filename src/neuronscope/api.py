@@ -170,7 +170,9 @@ def _other_changes(control: Any, device_limits: Any) -> dict[str, Any]:
 def flush(timeout: float | None = 30.0) -> bool:
     """Wait until every finished profile has been processed and its telemetry exported.
 
-    Returns False if ``timeout`` seconds passed first (never raises).
+    Returns False if ``timeout`` seconds passed first, or if an export of neuronscope's own
+    OpenTelemetry providers failed since the last flush (something was not delivered: a dead
+    endpoint, an error answer, a signal the endpoint does not take). Never raises.
     """
     return _wiring.flush(timeout)
 
@@ -193,6 +195,9 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     if mode == "events" or (mode == "summary" and run.device != "cpu"):
         # the events, or the device lanes: the saved trace, loaded now
         result = replace(result, analysis=replace(result.analysis, trace=run.trace))
+    from .sinks.otel.service import note_replayed_program
+
+    note_replayed_program(run.manifest.get("program"))  # providers built now: named after the recorded program
     tracer_provider, meter_provider = resolve_providers(settings)
     if tracer_provider is None:
         return None

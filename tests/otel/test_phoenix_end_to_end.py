@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("NEURONSCOPE_PHOENIX") == "0", re
 def test_profile_spans_read_back_from_phoenix(xw, monkeypatch):
     base = phoenix_url()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")  # Phoenix takes traces only: flush() is True then
     name = f"phoenix-{uuid.uuid4().hex[:8]}"
     ns.configure(exporter="otlp", otlp_endpoint=base, service_name="neuronscope-e2e")
     with ns.profile_neuron(name=name) as run:
@@ -51,3 +52,26 @@ def test_profile_spans_read_back_from_phoenix(xw, monkeypatch):
             parent = by_id[s["parent_id"]]
             assert iso_to_unix_nano(parent["start_time"]) <= iso_to_unix_nano(s["start_time"]) + 1000
             assert iso_to_unix_nano(s["end_time"]) <= iso_to_unix_nano(parent["end_time"]) + 1000
+
+
+def test_neuronscope_export_to_phoenix_succeeds_for_the_spans_and_says_metrics_are_not_taken(tmp_path):
+    """Phoenix answers /v1/metrics with 405: one line naming the signal and its switch, exit 0."""
+    import re
+    import subprocess
+    import sys
+
+    base = phoenix_url()
+    name = f"phoenix-export-{uuid.uuid4().hex[:8]}"
+    with ns.profile_neuron(name=name, output_dir=tmp_path) as run:  # no endpoint here: only written
+        sum(range(1000))
+    assert run.wait(60)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    argv = [sys.executable, "-m", "neuronscope", "export", str(run.path), "--otlp-endpoint", base]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trace_id = re.search(r"as trace ([0-9a-f]{32}) \(spans only: the endpoint does not take metrics\)", done.stdout).group(1)
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert "does not take metrics (HTTP 405" in line and line.endswith("set OTEL_METRICS_EXPORTER=none"), line
+    spans = wait_for_spans(base, lambda ss: any(s["name"] == name for s in ss), timeout=30, trace_id=trace_id)
+    assert any(s["name"] == name and s["parent_id"] is None for s in spans)

@@ -18,6 +18,12 @@ mode           OTLP/HTTP                                    OTLP/gRPC
 "slow"         sleeps ``delay_s``, then behaves as "ok"     same
 =============  ===========================================  =======================================
 
+``signals=("traces",)`` makes a traces-only backend, as Arize Phoenix is: a metrics export gets
+HTTP 405 Method Not Allowed (what Phoenix answers on ``/v1/metrics``; ``missing_status=404``: a
+404, as a receiver without that pipeline answers), over gRPC UNIMPLEMENTED
+(no MetricsService registered). Over HTTP such requests count in ``rx.requests`` and
+``rx.request_log`` (mode "not served"); over gRPC they never reach the receiver's code.
+
 ``mode`` may be changed while the receiver runs (``rx.mode = "ok"``). Every export request that
 reaches the receiver counts in ``rx.requests``, whatever the mode; only answered-OK ones are
 decoded into ``rx.spans`` / ``rx.metrics``. A "slow" request is recorded after its delay even if
@@ -205,10 +211,16 @@ class OtlpReceiver:
         mode: str = "ok",
         delay_s: float = 2.0,
         retry_after_s: float | None = None,
+        signals: tuple[str, ...] = ("traces", "metrics"),
+        missing_status: int = 405,
     ) -> None:
         if protocol not in ("http", "grpc"):
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+        if not signals or set(signals) - set(_SIGNALS):
+            raise ValueError(f"signals must be some of {tuple(_SIGNALS)}, not {signals!r}")
         self.protocol = protocol
+        self.signals = tuple(signals)
+        self.missing_status = missing_status  # HTTP answer to a signal not served (Jaeger, Tempo: 404)
         self.mode = mode  # validated by the property setter
         self.delay_s = delay_s
         self.retry_after_s = retry_after_s
@@ -304,6 +316,12 @@ class OtlpReceiver:
         return self.requests
 
     # -- the one place every request goes through ---------------------------------------------
+    def _not_served(self, signal: str, headers: dict) -> None:
+        with self._cond:
+            self._requests += 1
+            self._request_log.append({"signal": signal, "mode": "not served", "headers": headers})
+            self._cond.notify_all()
+
     def _handle(self, signal: str, body: Any, headers: dict) -> str:
         """Count, delay, decode and record one export request (body: protobuf bytes or an
         already-parsed request message). Returns the mode it is to be answered in."""
@@ -388,6 +406,9 @@ def _start_http(rx: OtlpReceiver) -> ThreadingHTTPServer:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if signal is None:
                 return self._reply(404, _status_body(5, f"no OTLP signal at {self.path}"))
+            if signal not in rx.signals:  # a traces-only backend (Phoenix) on /v1/metrics
+                rx._not_served(signal, dict(self.headers.items()))
+                return self._reply(rx.missing_status, b"", {"Allow": "OPTIONS"} if rx.missing_status == 405 else None)
             if "json" in (self.headers.get("Content-Type") or ""):
                 return self._reply(415, _status_body(3, "this receiver speaks binary protobuf only"))
             try:
@@ -450,8 +471,10 @@ def _start_grpc(rx: OtlpReceiver):
 
     # so_reuseport=0: the free port we get is ours alone.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.so_reuseport", 0)])
-    ts_grpc.add_TraceServiceServicer_to_server(Traces(), server)
-    ms_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    if "traces" in rx.signals:  # a service not registered answers UNIMPLEMENTED
+        ts_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    if "metrics" in rx.signals:
+        ms_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, port

@@ -1,7 +1,7 @@
 """The ``neuronscope`` click group and its error policy.
 
-Every command is one function decorated with ``@cli.command()`` in a module imported by
-:mod:`neuronscope.cli`. Errors never show a traceback unless ``--debug`` (or
+Every command is one function decorated with ``@cli.command()`` in a module named in
+:data:`COMMAND_MODULES`, imported when the command is looked up. Errors never show a traceback unless ``--debug`` (or
 ``NEURONSCOPE_DEBUG=1``) is given; each is one line on stderr:
 
 * exit 2: usage errors (bad option value, unknown flag, missing argument);
@@ -12,6 +12,7 @@ Every command is one function decorated with ``@cli.command()`` in a module impo
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -22,7 +23,20 @@ import click
 from .._version import __version__
 from ..errors import NeuronscopeError
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "Failure", "NeuronscopeGroup", "cli"]
+__all__ = ["COMMAND_MODULES", "EXIT_FAILURE", "EXIT_USAGE", "Failure", "NeuronscopeGroup", "cli"]
+
+#: command name -> the module of this package that defines it (imported on first use: each
+#: command pays only for its own imports, so ``show`` starts without ``run``'s or ``ranks``')
+COMMAND_MODULES = {
+    "arm": "arm",
+    "artifacts": "artifacts",
+    "diff": "diff",
+    "export": "export",
+    "ranks": "ranks",
+    "report": "report",
+    "run": "run",
+    "show": "show",
+}
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -49,6 +63,15 @@ class NeuronscopeGroup(click.Group):
     """A click Group whose ``main`` applies the one-line error policy (also under CliRunner)."""
 
     debug: bool = False
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"{__package__}.{module}")  # its @cli.command registers it
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(COMMAND_MODULES))
 
     def main(  # type: ignore[override]
         self,

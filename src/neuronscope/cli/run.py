@@ -12,6 +12,7 @@ profile has been summarised.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import runpy
 import sys
@@ -19,10 +20,15 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import click
 
+from ..sinks.rundir import set_program
 from ._group import EXIT_FAILURE, Failure, cli
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _DEVICES = ("auto", "neuron", "cuda", "cpu")
 #: a script that runs longer is profiled in windows of this many seconds, folded into one run
@@ -94,6 +100,12 @@ def _apply_run_options(opts: RunOptions) -> None:
     help="Ops in the summary printed at the end (0 = all).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary at the end (the run directory is still written).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as JSON (the schema of `neuronscope show --json`) instead of tables: for programs.",
+)
 @click.option(
     "--op-spans",
     type=click.Choice(("summary", "events", "none")),
@@ -188,6 +200,7 @@ def run(
     as_module: bool,
     top: int,
     quiet: bool,
+    as_json: bool,
     op_spans: str | None,
     otlp_endpoint: str | None,
     neuron_inspect: bool,
@@ -229,6 +242,7 @@ def run(
     import neuronscope as ns
 
     target, argv0, name = _resolve(script, as_module)
+    set_program(script if as_module else name)  # the runs' "program" and the default service.name
     if not as_module and Path(target).is_file() and not _compiles(target):
         return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
     if neuron_inspect:
@@ -261,7 +275,7 @@ def run(
 
     code, run_obj = _run_profiled(profile, target, argv0, as_module, list(script_args))
     if not quiet:
-        _print_summary(run_obj, top, output_file)
+        _print_summary(run_obj, top, output_file, as_json=as_json)
     if run_obj is not None:
         run_obj.wait(120)  # the run directory is complete when `run` returns
     if otlp_endpoint is not None:
@@ -492,8 +506,19 @@ def _check_output_file(output_file: str) -> None:
         raise click.BadParameter(f"{output_file}: not writable", param_hint="--output")
 
 
-def _print_summary(run_obj, top: int, output_file: str | None) -> None:
-    """The summary on stdout after the script's own output (or into ``output_file``)."""
+def _print_whole(text: str, out: Console, *, label: str = "", style: str = "") -> None:
+    """``label text`` on one line when it fits the width, else ``text`` (a path, a command to
+    copy) on a line of its own: never wrapped, never cut."""
+    if label and len(label) + 1 + len(text) <= out.width:
+        text = f"{label} {text}"
+    elif label:
+        out.print(label, style=style, markup=False)
+    out.print(text, style=style, markup=False, soft_wrap=True)
+
+
+def _print_summary(run_obj, top: int, output_file: str | None, *, as_json: bool = False) -> None:
+    """The summary on stdout after the script's own output (or into ``output_file``); with
+    ``as_json``, as ``show --json`` prints it."""
     from ..report.sources import Source
     from ..report.terminal import diagnosis_renderable, header_renderable, make_console, summary_renderable
 
@@ -531,6 +556,11 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
             _memory=run_obj.memory,
             _memory_tried=True,
         )
+        if as_json:
+            from .show import show_json
+
+            out.file.write(json.dumps(show_json(src, "self_device", top), indent=2, allow_nan=False) + "\n")
+            return
         out.rule("neuronscope", style="dim")
         out.print(header_renderable(src))
         out.print()
@@ -539,8 +569,8 @@ def _print_summary(run_obj, top: int, output_file: str | None) -> None:
             out.print()
         out.print(summary_renderable(summary, out, top=top or None))
         if run_obj.path is not None:
-            out.print(f"run directory: {run_obj.path}", markup=False, soft_wrap=True)
-            out.print(f"  neuronscope show {run_obj.path} --by-region", style="dim", markup=False, soft_wrap=True)
+            _print_whole(str(run_obj.path), out, label="run directory:")
+            _print_whole(f"  neuronscope show {run_obj.path} --by-region", out, style="dim")
     finally:
         if handle is not None:
             handle.close()

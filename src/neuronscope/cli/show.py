@@ -78,7 +78,7 @@ def show(path: str, top: int, sort: str, by_region: bool, roofline: bool, as_jso
     src = load_source(path)
     summary = src.summary
     if as_json:
-        emit_json(_show_json(src, sort, top))
+        emit_json(show_json(src, sort, top))
         return
     from ..report.terminal import diagnosis_renderable, header_renderable, make_console, regions_renderable, summary_renderable
 
@@ -114,7 +114,8 @@ def _run_roofline_json(s: Any) -> dict[str, Any] | None:
     return asdict(run) if run is not None else None
 
 
-def _show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
+def show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
+    """The ``--json`` document of a source (also ``neuronscope run --json``'s)."""
     s = src.summary
     regions = []
     for path, region in s.regions.items():

@@ -2,12 +2,13 @@
 
 Colour is used only on a terminal and never when ``NO_COLOR`` is set (then no escape codes
 at all). Tables fit the console width: on narrow terminals the less important columns go
-first, and op names are shortened with an ellipsis rather than wrapped.
+first, and op names are shortened with an ellipsis rather than wrapped. Output that is not a
+terminal (a CI log, ``-o FILE``, a pipe) is :data:`LOG_WIDTH` wide (or ``COLUMNS``): its long
+names wrap inside their column — a log is searched, so nothing in it is cut short.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -70,33 +71,48 @@ SORT_KEYS: dict[str, tuple[Callable[[OpStats], Any], bool]] = {
 _NAME_MIN = 14  # an op name column narrower than this is unreadable
 
 
-#: the width of output that is not a terminal (a CI log, ``-o FILE``, a pipe): full lines, no
-#: name cut short, no hard wrap — a log is read by searching it, not on an 80-column screen
-UNBOUNDED_WIDTH = 100_000
+#: the width of output that is not a terminal (a CI log, ``-o FILE``, a pipe) unless ``COLUMNS``
+#: says otherwise: wider than a terminal, so the verdict and the usual op names fit on a line,
+#: yet bounded — a separator or a table row is never thousands of characters long
+LOG_WIDTH = 160
+
+
+class LogConsole(Console):
+    """The console of output that is not a terminal: names too long for their column wrap in it
+    (a log is searched: nothing is cut short with an ellipsis there)."""
+
+    wrap_names = True
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
     """A rich Console for stdout (or stderr): colour only on a TTY, none with NO_COLOR set.
 
-    Width comes from the terminal, or ``COLUMNS``; output that is not a terminal gets full
-    lines (:data:`UNBOUNDED_WIDTH`) unless ``COLUMNS`` says otherwise.
+    Width comes from the terminal, or ``COLUMNS``; output that is not a terminal is a
+    :class:`LogConsole`, :data:`LOG_WIDTH` wide unless ``COLUMNS`` says otherwise.
     """
-    no_color = os.environ.get("NO_COLOR", "") != ""
+    from .. import _env
+
+    no_color = _env.env_str("NO_COLOR", None) is not None
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):  # a closed or odd stream
         tty = False
-    width = None if tty or os.environ.get("COLUMNS") else UNBOUNDED_WIDTH
-    return Console(
+    columns = _env.env_int("COLUMNS", None, min=1, lenient=True)
+    kind = Console if tty else LogConsole
+    return kind(
         file=file,
         stderr=stderr,
-        width=width,
+        width=columns or (None if tty else LOG_WIDTH),
         no_color=no_color,
         color_system=None if no_color else "auto",  # NO_COLOR: not even bold/dim escapes
         highlight=False,  # no guessing colours for numbers in plain strings
         soft_wrap=False,
     )
+
+
+def _wraps_names(console: Console) -> bool:
+    return bool(getattr(console, "wrap_names", False))
 
 
 def sort_rows(rows: Sequence[OpStats], sort: str) -> list[OpStats]:
@@ -149,7 +165,10 @@ def _build_table(console: Console, first_header: str, first_cells: list[str], co
             pad_edge=False,
             header_style="bold",
         )
-        table.add_column(first_header, overflow="ellipsis", no_wrap=True, width=name_width)
+        if _wraps_names(console):  # a log: a long name wraps in its column, never cut
+            table.add_column(first_header, overflow="fold", width=name_width)
+        else:
+            table.add_column(first_header, overflow="ellipsis", no_wrap=True, width=name_width)
         for c in kept:
             table.add_column(c.header, justify=c.justify, no_wrap=True)  # type: ignore[arg-type]
         for i, name in enumerate(first_cells):
@@ -284,7 +303,8 @@ def summary_renderable(
         footer.append(f"\nwarning: {w}", style="yellow")
     for note in summary.notes:  # e.g. how to open the raw Neuron files
         footer.append(f"\n{note}", style="dim")
-    heading = [Text(title, style="bold", overflow="ellipsis", no_wrap=True)] if title else []
+    wrap = _wraps_names(console)  # a log: a long region path wraps, never cut
+    heading = [Text(title, style="bold", overflow="fold" if wrap else "ellipsis", no_wrap=not wrap)] if title else []
     return Group(*heading, table, footer)
 
 

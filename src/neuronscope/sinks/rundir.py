@@ -11,6 +11,7 @@ Directories are created user-only (0o700): traces reveal model structure.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
@@ -29,17 +30,24 @@ from ..errors import TraceLoadError
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
+    "RANK_FILE",
     "RUN_DIRECTORY",
     "RunDirectoryOptions",
     "RunDirectorySink",
     "create_run_dir",
     "load_run",
+    "installed_with_python",
+    "program_name",
+    "set_program",
     "write_json",
     "write_trace",
     "write_trace_model",
 ]
 
 MANIFEST_SCHEMA_VERSION = 1
+#: a rank's profile for ``neuronscope ranks`` (``analysis.ranks.RANK_FILE``, the same name: a test
+#: checks). Not imported from there: that module loads numpy, which ``neuronscope show`` must not.
+RANK_FILE = "rank.json"
 _counter = itertools.count(1)
 _counter_lock = threading.Lock()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -220,8 +228,61 @@ def base_manifest(**fields: Any) -> dict[str, Any]:
         "torch_version": _torch_version(),
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "program": program_name(),
         **fields,
     }
+
+
+_program: list[str | None] = [None]  # set_program(): the program `neuronscope run` runs
+
+
+def set_program(name: str | None) -> None:
+    """The user's program, when it is not (or not yet, or no longer) ``__main__``:
+    ``neuronscope run train.py`` runs the script as ``__main__`` only while it runs, and its
+    run is written after."""
+    _program[0] = name or None
+
+
+def program_name() -> str | None:
+    """The user's program: the script running as ``__main__`` (its stem: ``train``), or the
+    module run with ``-m`` (``mypkg.serve``), or what :func:`set_program` said. None for an
+    interactive session, ``python -c``, or a launcher installed with Python (``uvicorn``,
+    ``gunicorn``, ``neuronscope`` itself): those name no program of the user's. The manifest's
+    ``program``, and the default ``service.name`` of the spans."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        return _program[0]
+    spec = getattr(main, "__spec__", None)
+    module = str(getattr(spec, "name", "") or "").removesuffix(".__main__")
+    if module.split(".")[0] == "neuronscope" or installed_with_python(path):
+        return _program[0]
+    return module if module and module != "__main__" else Path(path).stem or _program[0]
+
+
+def installed_with_python(path: str) -> bool:
+    """Whether ``path`` is a console script or a module of an installed package or the
+    standard library (sysconfig's directories), not the user's own code."""
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, ValueError):
+        return False
+    return any(resolved.is_relative_to(root) for root in _python_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _python_roots() -> tuple[Path, ...]:
+    import sysconfig
+
+    schemes = [sysconfig.get_paths()]
+    try:  # pip install --user: ~/.local/bin, ~/.local/lib/python3.X/site-packages
+        schemes.append(sysconfig.get_paths(scheme=f"{os.name}_user"))
+    except KeyError:
+        pass
+    keys = ("scripts", "purelib", "platlib", "stdlib", "platstdlib")
+    return tuple({Path(paths[k]).resolve() for paths in schemes for k in keys if paths.get(k)})
 
 
 def _torch_version() -> str | None:
@@ -301,8 +362,6 @@ def load_run(path: str | os.PathLike[str]) -> Any:
 
         trace = load_trace(p, device=device)
         summary = summarize(trace)
-    from ..analysis.ranks import RANK_FILE
-
     rank = _read_json(p / RANK_FILE)  # a rank of a distributed job: what it handed neuronscope ranks
     result = RunResult(
         name=str(manifest.get("name", p.name)),
@@ -388,8 +447,6 @@ class RunDirectorySink:
         write_json(run_dir / "summary.json", summary)
         rank = result.analysis.rank_profile if result.analysis is not None else None
         if rank is not None:
-            from ..analysis.ranks import RANK_FILE
-
             write_json(run_dir / RANK_FILE, dict(rank))
         if options.save_trace and result.trace is not None:
             meta: dict[str, Any] = {"neuronscope_device": result.device}

@@ -35,6 +35,7 @@ __all__ = [
     "exit_handler_first",
     "exiting",
     "export_failure_reported",
+    "export_outcome",
     "flush_providers",
     "prometheus_endpoint",
     "settings",
@@ -104,6 +105,9 @@ def _prepare() -> None:
     be shut down already."""
     _prepared[0] = True
     if _providers.wants_own(_settings):
+        from .service import note_caller_module
+
+        note_caller_module()  # unnamed, the service is named after the profiled code's module
         bounded.submit(_providers.resolve_providers, _settings)
     else:  # the application's providers: keep the exit handler ahead of theirs (exit_handler_first)
         _providers.note_providers_in_use(_settings)
@@ -199,9 +203,33 @@ def flush_providers(timeout_s: float | None) -> bool:
         if isinstance(job.result, Exception):
             log.warning("neuronscope: %s failed: %s", getattr(provider.force_flush, "__qualname__", "force_flush"), job.result)
         ok = ok and job.result is not False and not isinstance(job.result, Exception)
+    if health is not None and health.take_failed():
+        ok = False  # an export failed since the last flush: not everything was delivered
     if not ok and ex is not None:
         _abort_own()
     return ok
+
+
+def export_outcome() -> dict[str, dict[str, Any]] | None:
+    """What neuronscope's own exporters delivered so far, per signal (``traces``,
+    ``metrics``): ``delivered`` / ``lost`` export batches, ``not_taken`` (the endpoint's answer
+    when it does not take that signal, else None), ``off`` (turned off with
+    ``OTEL_<SIGNAL>_EXPORTER=none``), ``reason`` (why its first failed export failed). None
+    when neuronscope built no exporting providers."""
+    own = _settings._own
+    health = getattr(own, "health", None)
+    if health is None:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for i, signal in enumerate(("traces", "metrics")):
+        out[signal] = {
+            "delivered": health.delivered[signal],
+            "lost": health.lost[signal],
+            "not_taken": health.not_taken.get(signal),
+            "off": own[i] is None,
+            "reason": health.reasons.get(signal),
+        }
+    return out
 
 
 def _abort_own() -> None:

@@ -174,9 +174,12 @@ class PrometheusEndpoint:
         # target_info tells the ranks of a torchrun job apart (service.instance.id, rank, ...)
         from .distributed import rank_resource_attributes
 
+        from .service import with_default_service_name
+
         attrs = {**rank_resource_attributes(), **attrs}
+        resource = with_default_service_name(Resource.create(attrs))  # unnamed: the program's name
         # shutdown_on_exit=False: stop() (configure or neuronscope's exit hook) shuts it down, once
-        self.meter_provider = MeterProvider(resource=Resource.create(attrs), metric_readers=[self.reader], shutdown_on_exit=False)
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=[self.reader], shutdown_on_exit=False)
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except BaseException:

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ... import _env, _stats
 from ...errors import ConfigurationError
 from . import bounded
+from .failfast import EndpointRefused
 from .metrics import DEFAULT_TOP_OPS
 
 __all__ = ["OtelSettings", "export_failure_reported", "resolve_providers"]
@@ -167,12 +168,14 @@ def _build_own(settings: OtelSettings) -> OwnProviders:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     from .distributed import rank_resource_attributes
+    from .service import with_default_service_name
 
     attrs = {SERVICE_NAME: settings.service_name} if settings.service_name else {}
     # a rank of a torchrun job: service.instance.id (instead of the SDK's random one), host.name,
     # rank...; what OTEL_RESOURCE_ATTRIBUTES sets wins
     attrs = {**rank_resource_attributes(), **attrs}
-    resource = _resource(attrs)  # reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES
+    # reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES; unnamed, the service is the program's
+    resource = with_default_service_name(_resource(attrs))
     span_exporter: SpanExporter
     metric_exporter: MetricExporter
     if settings.exporter == "console":
@@ -189,13 +192,25 @@ def _build_own(settings: OtelSettings) -> OwnProviders:
     # flush would meet shut-down providers: "Exporter already shutdown", a failed metric export,
     # "shutdown can only be called once". neuronscope's exit handler flushes and then shuts them
     # down, within NEURONSCOPE_EXIT_FLUSH_TIMEOUT (shutdown_own_providers).
-    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(spans, max_queue_size=SPAN_QUEUE_SIZE, max_export_batch_size=512))
-    reader = PeriodicExportingMetricReader(metrics_out, export_interval_millis=10_000)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    tracer_provider = meter_provider = None
+    if not _signal_off("traces"):
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        processor = BatchSpanProcessor(spans, max_queue_size=SPAN_QUEUE_SIZE, max_export_batch_size=512)
+        tracer_provider.add_span_processor(processor)
+    if not _signal_off("metrics"):
+        reader = PeriodicExportingMetricReader(metrics_out, export_interval_millis=10_000)
+        meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
     own = OwnProviders([tracer_provider, meter_provider])
     own.health = health
     return own
+
+
+def _signal_off(signal: str) -> bool:
+    """``OTEL_TRACES_EXPORTER=none`` / ``OTEL_METRICS_EXPORTER=none`` (the SDK's standard
+    switches): neuronscope's own providers leave that signal out. Other values are the
+    SDK's exporter names, which ``exporter=`` decides here."""
+    name = "OTEL_TRACES_EXPORTER" if signal == "traces" else "OTEL_METRICS_EXPORTER"
+    return (_env.env_str(name, None) or "").strip().lower() == "none"
 
 
 def _resource(attrs: dict[str, Any]) -> Any:
@@ -252,34 +267,35 @@ def http_base_url(url: str, source: str) -> str:
 
 
 def _otlp_exporters(endpoint: str | None) -> tuple[SpanExporter, MetricExporter]:
-    if _protocol() == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    """The official exporters, failing at once on a refused connection (:mod:`.failfast`)."""
+    from .failfast import grpc_exporters, http_session
 
+    if _protocol() == "grpc":
         # gRPC takes host:port from the URL (a path is ignored, so nothing to correct)
-        if endpoint:
-            insecure = endpoint.startswith("http://")
-            return OTLPSpanExporter(endpoint=endpoint, insecure=insecure), OTLPMetricExporter(
-                endpoint=endpoint, insecure=insecure
-            )
-        return OTLPSpanExporter(), OTLPMetricExporter()
+        return grpc_exporters(endpoint, endpoint.startswith("http://") if endpoint else None)  # type: ignore[no-any-return]
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
+    def spans(url: str | None = None) -> SpanExporter:
+        return HttpSpanExporter(endpoint=url, session=http_session())
+
+    def metrics(url: str | None = None) -> MetricExporter:
+        return HttpMetricExporter(endpoint=url, session=http_session())
+
     if endpoint:
         base = http_base_url(endpoint, "otlp_endpoint")
-        return HttpSpanExporter(endpoint=base + "/v1/traces"), HttpMetricExporter(endpoint=base + "/v1/metrics")
+        return spans(base + "/v1/traces"), metrics(base + "/v1/metrics")
     # From the environment. A signal's own variable (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is used
     # as is and read by the exporter itself; the base URL has its signal paths appended.
     traces_own = _env.env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
     metrics_own = _env.env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", None)
     env_base = _env.env_str("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     if not env_base or (traces_own and metrics_own):
-        return HttpSpanExporter(), HttpMetricExporter()
+        return spans(), metrics()
     env_url = http_base_url(env_base, "OTEL_EXPORTER_OTLP_ENDPOINT")
     return (
-        HttpSpanExporter() if traces_own else HttpSpanExporter(endpoint=env_url + "/v1/traces"),
-        HttpMetricExporter() if metrics_own else HttpMetricExporter(endpoint=env_url + "/v1/metrics"),
+        spans() if traces_own else spans(env_url + "/v1/traces"),
+        metrics() if metrics_own else metrics(env_url + "/v1/metrics"),
     )
 
 
@@ -337,10 +353,22 @@ def export_failure_reported() -> bool:
     return _reported.is_set()
 
 
+#: the standard switches (OpenTelemetry's SDK configuration) that turn one signal of
+#: neuronscope's own providers off: what the "does not take metrics" line tells the user to set
+SIGNAL_OFF = {"traces": "OTEL_TRACES_EXPORTER=none", "metrics": "OTEL_METRICS_EXPORTER=none"}
+_SIGNALS = tuple(SIGNAL_OFF)
+
+
 class _ExportHealth:
     """The exporters of one pair of own providers: their failures make ONE warning (the first,
     with the exporter's own reason), the rest are counted in ``stats()['telemetry_dropped']``;
-    :meth:`abort` stops them at the exit deadline."""
+    :meth:`abort` stops them at the exit deadline. It also keeps what each signal delivered,
+    for ``ns.flush()`` (False after any failed export) and ``neuronscope export``.
+
+    An endpoint that answers one signal with 405 / gRPC UNIMPLEMENTED (or 404 once the other
+    signal got through) does not take that signal — a traces-only backend such as Phoenix: that
+    is its own line, naming the switch that turns the signal off; its later batches are not
+    sent (and counted as dropped), and the other signal goes on."""
 
     def __init__(self) -> None:
         self.exporters: list[Any] = []
@@ -348,23 +376,61 @@ class _ExportHealth:
         self.failing = False  # the last export failed (the exit does not wait for such an endpoint)
         self.quiet = False  # set after the exit handler: nothing may be printed any more
         self._logged = threading.Event()
+        self._lock = threading.Lock()
+        self._failed_since_flush = False
+        #: per signal: exports that arrived, exports that failed (batches)
+        self.delivered = dict.fromkeys(_SIGNALS, 0)
+        self.lost = dict.fromkeys(_SIGNALS, 0)
+        #: signal -> the endpoint's answer, for a signal it does not take
+        self.not_taken: dict[str, str] = {}
+        self.reasons: dict[str, str] = {}  # signal -> why its first failed export failed
 
-    def succeeded(self) -> None:
+    def succeeded(self, signal: str) -> None:
         self.failing = False
+        with self._lock:
+            self.delivered[signal] += 1
 
-    def failed(self, target: str, held: list[str], exc: BaseException | None = None) -> None:
-        self.failing = True
-        if self._logged.is_set() or self.quiet:
+    def take_failed(self) -> bool:
+        """Whether an export failed since the last call (each flush asks once)."""
+        with self._lock:
+            failed, self._failed_since_flush = self._failed_since_flush, False
+        return failed
+
+    def skipped(self, signal: str) -> None:
+        """A batch of a signal the endpoint does not take: not sent, so not delivered."""
+        with self._lock:
+            self._failed_since_flush = True
+            self.lost[signal] += 1
+
+    def failed(self, signal: str, target: str, held: list[str], exc: BaseException | None = None) -> None:
+        with self._lock:
+            self._failed_since_flush = True
+            self.lost[signal] += 1
+        other_arrived = self.delivered[_other(signal)] > 0 and self._one_base_url()
+        answer = _answer_for_a_missing_signal(held, other_delivered=other_arrived)
+        if answer is not None:  # the endpoint is up; it just has no such service
+            self.not_taken[signal] = answer
+            if not self.quiet:
+                _reported.set()
+                log.warning(
+                    "neuronscope: the OTLP endpoint %s does not take %s (%s): %s are not sent there any more, %s are. "
+                    "To turn %s off, set %s",
+                    target, signal, answer, signal, _other(signal), signal, SIGNAL_OFF[signal],
+                )  # fmt: skip
             return
-        self._logged.set()
+        self.failing = True
         if exc is not None:
-            reason = repr(exc)
+            reason = "Connection refused" if isinstance(exc, EndpointRefused) else repr(exc)
         elif self.aborted:
             # what the abort itself made the exporter say ("Shutdown in progress") is no reason
             held = [m for m in held if "shutdown" not in m.lower()]
             reason = _reason(held) + ", stopped at exit" if held else "not sent within NEURONSCOPE_EXIT_FLUSH_TIMEOUT at exit"
         else:
             reason = _reason(held)
+        self.reasons.setdefault(signal, reason)
+        if self._logged.is_set() or self.quiet:
+            return
+        self._logged.set()
         _reported.set()
         log.warning(
             "neuronscope: OTLP export to %s failed: %s. Telemetry is dropped while it fails "
@@ -372,11 +438,34 @@ class _ExportHealth:
             target, reason,
         )  # fmt: skip
 
+    def _one_base_url(self) -> bool:
+        """Whether the signals go to one endpoint (a base URL with the signals' paths, or one
+        gRPC host:port), so that one signal arriving says the address is right."""
+        bases = {re.sub(r"/v1/(traces|metrics)/?$", "", e.target) for e in self.exporters}
+        return len(bases) == 1
+
     def abort(self) -> None:
         """Stop every export now: retries are abandoned, later batches fail at once."""
         self.aborted = True
         for exporter in self.exporters:
             exporter.shutdown()
+
+
+def _other(signal: str) -> str:
+    return "metrics" if signal == "traces" else "traces"
+
+
+def _answer_for_a_missing_signal(held: list[str], *, other_delivered: bool) -> str | None:
+    """The endpoint's answer when it says it has no service for a signal: HTTP 405 or gRPC
+    UNIMPLEMENTED; HTTP 404 only once the other signal got through to the same base URL
+    (otherwise a 404 more likely means a wrong URL, which :func:`_reason` explains)."""
+    text = " ".join(held)
+    status = re.search(r"code: (\d{3}), reason: ([^,]*)", text)
+    if status and (status.group(1) == "405" or (status.group(1) == "404" and other_delivered)):
+        return f"HTTP {status.group(1)} {status.group(2).strip()}".rstrip()
+    if "StatusCode.UNIMPLEMENTED" in text:
+        return "gRPC UNIMPLEMENTED"
+    return None
 
 
 def _reason(held: list[str]) -> str:
@@ -406,6 +495,8 @@ def _reason(held: list[str]) -> str:
 class CountingSpanExporter(SpanExporter):
     """Wraps an exporter: a failed export is counted and logged once, never raised."""
 
+    signal = "traces"
+
     def __init__(self, inner: SpanExporter, health: _ExportHealth | None = None) -> None:
         self.inner = inner
         self.health = health or _ExportHealth()
@@ -414,6 +505,10 @@ class CountingSpanExporter(SpanExporter):
         self._shut = threading.Event()
 
     def export(self, spans: Any) -> SpanExportResult:
+        if self.signal in self.health.not_taken:  # said once; sending more would only fail again
+            _stats.record("telemetry_dropped", len(spans))
+            self.health.skipped(self.signal)
+            return SpanExportResult.FAILURE
         error = None
         with _QUIET.holding() as held:
             try:
@@ -421,10 +516,10 @@ class CountingSpanExporter(SpanExporter):
             except Exception as exc:  # noqa: BLE001 - telemetry must never fail loudly
                 result, error = SpanExportResult.FAILURE, exc
         if result is SpanExportResult.SUCCESS:
-            self.health.succeeded()
+            self.health.succeeded(self.signal)
         else:
             _stats.record("telemetry_dropped", len(spans))
-            self.health.failed(self.target, held, error)
+            self.health.failed(self.signal, self.target, held, error)
         return result
 
     def shutdown(self) -> None:
@@ -439,6 +534,8 @@ class CountingSpanExporter(SpanExporter):
 
 
 class CountingMetricExporter(MetricExporter):
+    signal = "metrics"
+
     def __init__(self, inner: MetricExporter, health: _ExportHealth | None = None) -> None:
         super().__init__(preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation)
         self.inner = inner
@@ -448,6 +545,10 @@ class CountingMetricExporter(MetricExporter):
         self._shut = threading.Event()
 
     def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        if self.signal in self.health.not_taken:
+            _stats.record("telemetry_dropped")
+            self.health.skipped(self.signal)
+            return MetricExportResult.FAILURE
         error = None
         with _QUIET.holding() as held:
             try:
@@ -455,10 +556,10 @@ class CountingMetricExporter(MetricExporter):
             except Exception as exc:  # noqa: BLE001
                 result, error = MetricExportResult.FAILURE, exc
         if result is MetricExportResult.SUCCESS:
-            self.health.succeeded()
+            self.health.succeeded(self.signal)
         else:
             _stats.record("telemetry_dropped")
-            self.health.failed(self.target, held, error)
+            self.health.failed(self.signal, self.target, held, error)
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
