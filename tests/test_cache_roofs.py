@@ -18,7 +18,7 @@ import torch
 import neuronscope as ns
 from neuronscope.analysis.diagnosis import diagnose_trace
 from neuronscope.analysis.fold import fold_summaries
-from neuronscope.analysis.roofline import roofline_of
+from neuronscope.analysis.roofline import Roofline, roofline_of
 from neuronscope.analysis.roofs import DEVICES, DeviceLimits, limits_from_user
 from neuronscope.analysis.summary import Summary, summarize
 from neuronscope.analysis.work import OpWork
@@ -173,6 +173,13 @@ def test_limits_and_work_saved_before_the_levels_still_load():
     rf = roofline_of(work, LIMITS)
     assert rf is not None and rf.memory_level == "L1" and rf.memory_time_us == pytest.approx(16384 / 400e9 * 1e6)
     assert roofline_of(work, limits).memory_level == ""
+    # a row's roofline saved before the reasons: above its roof, it says why and is not at the limit
+    saved = {"calls": 20, "flops": 8.4e7, "bytes": 3.36e8, "time_us": 10244.0, "achieved_flops_per_s": 8.2e9}
+    saved |= {"achieved_bytes_per_s": 3.28e10, "intensity": 0.25, "bound": "memory", "roof_flops_per_s": 9.6e10}
+    saved |= {"dtype": "vector/fp32", "time_at_roof_us": 14813.0, "pct_of_roof": 144.6}
+    old_rf = Roofline.from_dict(saved)
+    assert not old_rf.at_limit and "one memory roof" in old_rf.above_roof
+    assert Roofline.from_dict(saved | {"pct_of_roof": 93.0}).above_roof == ""
     # configured levels: checked like the rest
     given = limits_from_user({"memory_bandwidth": 1e10, "peak_flops": {"matrix/fp32": 1e11}, "cache_levels": [["L2", MIB, 1e11]]})
     assert given.cache_levels == (("L2", float(MIB), 1e11),) and given.memory_roof(KIB) == ("L2", 1e11)

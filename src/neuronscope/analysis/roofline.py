@@ -67,7 +67,10 @@ class Roofline:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Roofline":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        rf = cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        if "above_roof" not in data and rf.pct_of_roof > 100.0:  # saved before the reasons were
+            rf = replace(rf, above_roof=_why_above_saved(rf))
+        return rf
 
 
 def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | None:
@@ -164,6 +167,18 @@ def _why_above(rf: Roofline, limits: DeviceLimits) -> str:
     return (
         "faster than the device's memory bandwidth: its data stayed in the device's cache (written or "
         "read by the kernel before it), or the work model counts bytes the kernel does not move"
+    )
+
+
+def _why_above_saved(rf: Roofline) -> str:
+    """Why an op of a summary saved before the reasons (and a CPU's cache levels) is above its roof."""
+    if rf.pct_of_roof <= ABOVE_ROOF_PCT:
+        return f"within the roofs' measurement noise (up to {ABOVE_ROOF_PCT - 100:.0f}% above)"
+    if rf.bound == "compute":
+        return f"faster than the {rf.dtype} peak it was held to when saved: that peak is too low for this work"
+    return (
+        "saved before neuronscope said why: its data was in a cache, faster than the one memory roof "
+        "it was held to (on a CPU a profile made now holds it to its cache level's roof)"
     )
 
 
