@@ -216,9 +216,26 @@ def _calls_per_block(fn: Callable[[], Any]) -> int:
     return max(1, min(round(_BLOCK_S / max(time.perf_counter() - t, 1e-7)), 1000))
 
 
-def _matmul_flops(dtype: torch.dtype) -> float:
-    """Square matmuls, doubled in size until one takes 50 ms (a CPU without native bfloat16 is
-    100x slower at it: a fixed size would take seconds), then the best of three."""
+def _matmul_peaks(runs: int = 4, budget_s: float = 0.8) -> dict[str, float]:
+    """FLOP/s of a float32 and a bfloat16 matmul: each sized to take ~50 ms, then the two taking
+    turns, the best of ``runs`` each. Taking turns keeps a burst of other work from slowing one
+    dtype only: their ratio says whether bf16 has matrix units (``has_bf16_matrix_units``)."""
+    sized = {key: _matmul_operands(dtype) for dtype, key in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))}
+    best = dict.fromkeys(sized, float("inf"))
+    deadline = time.perf_counter() + budget_s
+    for _ in range(runs):
+        for key, (a, b) in sized.items():
+            t = time.perf_counter()
+            torch.mm(a, b)
+            best[key] = min(best[key], time.perf_counter() - t)
+        if time.perf_counter() > deadline:
+            break
+    return {f"matrix/{key}": 2.0 * a.shape[0] ** 3 / best[key] for key, (a, _) in sized.items()}
+
+
+def _matmul_operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Square operands, doubled in size until a matmul takes 50 ms (a CPU without native bfloat16
+    is 100x slower at it: a fixed size would take seconds)."""
     m = 256
     while True:
         a = torch.randn(m, m).to(dtype)
@@ -226,9 +243,8 @@ def _matmul_flops(dtype: torch.dtype) -> float:
         t = time.perf_counter()
         torch.mm(a, b)
         if time.perf_counter() - t > 0.05 or m >= 2048:
-            break
+            return a, b
         m *= 2
-    return 2.0 * m**3 / _best(lambda: torch.mm(a, b), 3, 0.5)
 
 
 def _busy_seconds() -> float | None:
@@ -260,9 +276,7 @@ def measure_cpu_limits(*, source_name: str = "") -> DeviceLimits:
         if avail is not None and avail < 8 * size:  # three tensors and room to spare
             size = max(avail // 16, 16 << 20)
         bandwidth = _stream_bandwidth(size // 4)
-        peaks: dict[str, float] = {}
-        for dtype, key in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-            peaks[f"matrix/{key}"] = _matmul_flops(dtype)
+        peaks = _matmul_peaks()
         peaks["vector/fp32"] = peaks["matrix/fp32"]
     busy1, own1, wall = _busy_seconds(), _own_seconds(), max(time.monotonic() - wall0, 1e-3)
     others = (busy1 - busy0 - (own1 - own0)) / wall if busy0 is not None and busy1 is not None else 0.0
