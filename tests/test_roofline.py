@@ -199,6 +199,16 @@ def test_below_roof_shows_the_gap_to_the_roof_and_claims_only_what_a_peer_reache
         assert roofline_findings(summary, out) == []
         assert any("at the device's limit" in n and "aten::mul" in n for n in out.notes) is at_limit
 
+    # roofs far below it: above them, so it ran against another roof: no finding, and not "at the
+    # limit" either (tests/test_cache_roofs.py: an op between 70 % and its roof is)
+    ns.configure(device_limits={"memory_bandwidth": 1e6, "peak_flops": {"matrix/fp32": 1e6, "vector/fp32": 1e6}})
+    with ns.profile_neuron(record_shapes=True) as run:
+        for _ in range(5):
+            x.mul(2.0)
+    assert run.diagnosis.finding("below_roof") is None
+    rf = run.summary["aten::mul"].roofline
+    assert rf.pct_of_roof > 1000 and not rf.at_limit and "faster than the device's memory bandwidth" in rf.above_roof
+    assert not any("at the device's limit" in n and "aten::mul" in n for n in run.diagnosis.notes)
 
 def _profile_with_trace(x: torch.Tensor):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:

@@ -105,7 +105,8 @@ def configure(
 
     Roofline: ``device_limits`` are the roofs every op is measured against (docs/roofline.md):
     a device name from the table (``"NVIDIA H100 SXM5"``), a :class:`DeviceLimits`, or a dict
-    ``{"memory_bandwidth": bytes/s, "peak_flops": {"matrix/bf16": FLOP/s, "vector/fp32": ...}}``.
+    ``{"memory_bandwidth": bytes/s, "peak_flops": {"matrix/bf16": FLOP/s, "vector/fp32": ...}}``
+    (optionally ``"cache_levels": [["L2", bytes, bytes/s], ...]``, fastest first: a CPU's).
     None (the default) uses the device's own: a CPU measured once per host (cached), a GPU or
     NeuronCore from the vendor table.
     """

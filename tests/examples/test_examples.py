@@ -43,14 +43,16 @@ def test_rmsnorm_example_prints_three_summaries_and_a_comparison(tmp_path):
     roof = out.split("=== roofline: ")[1]
     needed = 2 * (2 * 8 * 256 * 4) + 256 * 4
     assert f"moves at least {needed / 2**20:.1f} MiB a step" in roof
-    cached = roof.split("cached ")[1].split(" ===")[0]  # the file the measured roofs were read from
-    bandwidth = json.loads((Path(cache_dir()) / cached).read_text())["memory_bandwidth"]
+    # the file the measured roofs were read from (none when they were measured under load: not cached)
+    cached = roof.split("cached ")[1].split(" ===")[0] if "; cached " in roof.splitlines()[0] else None
+    bandwidth = json.loads((Path(cache_dir()) / cached).read_text())["memory_bandwidth"] if cached else None
     for variant in ("naive", "torch.rms_norm", "torch.compile(naive)"):
         line = next(ln for ln in roof.splitlines() if ln.startswith(variant + " "))
         step_ms, gbs, pct = float(line.split()[-4].removesuffix("ms")), float(line.split()[-3]), float(line.split()[-2].removesuffix("%"))
         # printed to 0.1 (GB/s, %) from a step time printed to 1 us
         assert gbs == pytest.approx(needed / step_ms / 1e6, rel=0.02, abs=0.051)
-        assert pct == pytest.approx(100 * needed / bandwidth * 1e3 / step_ms, rel=0.02, abs=0.051)
+        if bandwidth is not None:
+            assert pct == pytest.approx(100 * needed / bandwidth * 1e3 / step_ms, rel=0.02, abs=0.051)
     naive_ops = roof.split("naive, op by op:")[1]
     assert "aten::mul" in naive_ops and "memory fp32" in naive_ops
 

@@ -1,11 +1,14 @@
 """Each op against the device's limits: achieved FLOP/s and bytes/s, % of the roof, time at the roof.
 
 For the calls of an op whose work is known (:mod:`.work`) and the device's limits
-(:mod:`.roofs`): the time at the roof is ``max(Σ FLOPs/peak(dtype), bytes/bandwidth)`` — what the
-calls would take if the device did their work at its limit — and ``% of roof`` is that over the
-time they took. The bound is the side that sets it: memory when moving the bytes takes longer
-than doing the FLOPs at peak (a low arithmetic intensity), compute otherwise. An op at 70 % of
-its roof or more is *at the limit*: only less work or a lower precision makes it faster.
+(:mod:`.roofs`): the time at the roof is ``max(Σ FLOPs/peak(dtype), Σ bytes/bandwidth)`` — what
+the calls would take if the device did their work at its limit — and ``% of roof`` is that over
+the time they took. The bandwidth is the memory's, or on a CPU that of the cache level one call's
+bytes fit in (a cache-aware roofline: :meth:`.roofs.DeviceLimits.memory_roof`). The bound is the
+side that sets it: memory when moving the bytes takes longer than doing the FLOPs at peak (a low
+arithmetic intensity), compute otherwise. An op at 70 % of its roof or more, and not above it,
+is *at the limit*: only less work or a lower precision makes it faster. An op above its roof
+says why (:attr:`Roofline.above_roof`) and is not at the limit: the roof it beat was not its own.
 """
 
 from __future__ import annotations
@@ -13,13 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .roofs import DeviceLimits
+from .roofs import DeviceLimits, size_text
 from .work import OpWork
 
-__all__ = ["AT_LIMIT_PCT", "Roofline", "RunRoofline", "attach_roofline", "roofline_of", "run_roofline"]
+__all__ = ["ABOVE_ROOF_PCT", "AT_LIMIT_PCT", "Roofline", "RunRoofline", "attach_roofline", "roofline_of", "run_roofline"]
 
 #: at or above this share of its roof an op is at the device's limit
 AT_LIMIT_PCT = 70.0
+#: above this share an op beat its roof by more than the roofs' measurement noise (a best-of-N
+#: timing on a CPU; rounding in a vendor figure): it ran against another roof than the one it is
+#: held to, and is not at the limit
+ABOVE_ROOF_PCT = 110.0
 
 
 @dataclass(frozen=True)
@@ -41,10 +48,17 @@ class Roofline:
     #: the two sides of the time at the roof: the FLOPs at peak, the bytes at the bandwidth
     compute_time_us: float = 0.0
     memory_time_us: float = 0.0
+    #: where its bytes move: "L1", "L2", "L3", "DRAM" on a CPU (the level most of them fit in,
+    #: one call's working set at a time); "" on a device with one memory roof
+    memory_level: str = ""
+    roof_bytes_per_s: float = 0.0  #: the bandwidth its bytes are held to (bytes / memory time)
+    largest_call_bytes: float = 0.0  #: the working set of its largest call
+    #: why it is above 100 % of its roof ("" when it is not): it did not run against that roof
+    above_roof: str = ""
 
     @property
     def at_limit(self) -> bool:
-        return self.pct_of_roof >= AT_LIMIT_PCT
+        return AT_LIMIT_PCT <= self.pct_of_roof <= ABOVE_ROOF_PCT
 
     @property
     def time_at_stake_us(self) -> float:
@@ -53,7 +67,10 @@ class Roofline:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Roofline":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        rf = cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        if "above_roof" not in data and rf.pct_of_roof > 100.0:  # saved before the reasons were
+            rf = replace(rf, above_roof=_why_above_saved(rf))
+        return rf
 
 
 def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | None:
@@ -80,11 +97,13 @@ def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | 
             dominant, dominant_flops = key, flops
     if not dominant and work.bytes_by_roof:
         dominant = max(work.bytes_by_roof.items(), key=lambda kv: kv[1])[0]
-    memory_s = work.bytes / limits.memory_bandwidth
+    memory_s, level = _memory_seconds(work, limits)
     at_roof_s = max(compute_s, memory_s)
     seconds = work.time_us / 1e6
     unit, _, dtype = (dominant or "vector/fp32").partition("/")
-    return Roofline(
+    bound = "compute" if compute_s > memory_s else "memory"
+    pct = 100.0 * at_roof_s / seconds
+    roofline = Roofline(
         calls=work.calls,
         flops=work.flops,
         bytes=work.bytes,
@@ -92,13 +111,74 @@ def roofline_of(work: OpWork | None, limits: DeviceLimits | None) -> Roofline | 
         achieved_flops_per_s=work.flops / seconds,
         achieved_bytes_per_s=work.bytes / seconds,
         intensity=(work.flops / work.bytes) if work.bytes > 0 else None,
-        bound="compute" if compute_s > memory_s else "memory",
+        bound=bound,
         roof_flops_per_s=limits.peak(unit, dtype) or 0.0,
         dtype=dominant or "vector/fp32",
         time_at_roof_us=at_roof_s * 1e6,
-        pct_of_roof=100.0 * at_roof_s / seconds,
+        pct_of_roof=pct,
         compute_time_us=compute_s * 1e6,
         memory_time_us=memory_s * 1e6,
+        memory_level=level,
+        roof_bytes_per_s=work.bytes / memory_s if memory_s > 0 else limits.memory_bandwidth,
+        largest_call_bytes=max((size for size, _ in work.call_sizes()), default=0.0),
+    )
+    return replace(roofline, above_roof=_why_above(roofline, limits)) if pct > 100.0 else roofline
+
+
+def _memory_seconds(work: OpWork, limits: DeviceLimits) -> tuple[float, str]:
+    """The time the work's bytes take at their roofs, each call's at the level its working set
+    fits (one roof without cache levels), and the level most of the bytes were held to."""
+    if not limits.cache_levels:
+        return work.bytes / limits.memory_bandwidth, ""
+    seconds = 0.0
+    by_level: dict[str, float] = {}
+    for call_bytes, nbytes in work.call_sizes():
+        level, bandwidth = limits.memory_roof(call_bytes)
+        seconds += nbytes / bandwidth
+        by_level[level] = by_level.get(level, 0.0) + nbytes
+    level = max(by_level.items(), key=lambda kv: kv[1])[0] if by_level else "DRAM"
+    return seconds, level
+
+
+def _why_above(rf: Roofline, limits: DeviceLimits) -> str:
+    """Why an op ran faster than its roof allows: the roof it beat was not the one it ran against."""
+    if rf.pct_of_roof <= ABOVE_ROOF_PCT:
+        return f"within the roofs' measurement noise (up to {ABOVE_ROOF_PCT - 100:.0f}% above)"
+    if limits.source.startswith("measured under load"):
+        return "the roofs were measured while other processes used the CPU: they are too low"
+    if rf.bound == "compute":
+        return (
+            f"faster than the {rf.dtype} peak: the peak is too low for this work (measured on one "
+            "matmul size, or a figure for other units than the kernel used)"
+        )
+    faster = [(name, bw) for name, _, bw in limits.cache_levels if bw > rf.roof_bytes_per_s]
+    if rf.memory_level and faster and rf.achieved_bytes_per_s <= max(bw for _, bw in faster):
+        name = next(n for n, bw in reversed(faster) if bw >= rf.achieved_bytes_per_s)
+        return (
+            f"above the {rf.memory_level} roof, below the {name} one: part of its working set "
+            f"({size_text(rf.largest_call_bytes)} a call) was still in {name}, written or read "
+            "by the op before it"
+        )
+    if rf.memory_level:
+        return (
+            "faster than any measured bandwidth: the work model counts bytes the kernel does not move "
+            "(the same tensor passed twice, a broadcast input read once)"
+        )
+    return (
+        "faster than the device's memory bandwidth: its data stayed in the device's cache (written or "
+        "read by the kernel before it), or the work model counts bytes the kernel does not move"
+    )
+
+
+def _why_above_saved(rf: Roofline) -> str:
+    """Why an op of a summary saved before the reasons (and a CPU's cache levels) is above its roof."""
+    if rf.pct_of_roof <= ABOVE_ROOF_PCT:
+        return f"within the roofs' measurement noise (up to {ABOVE_ROOF_PCT - 100:.0f}% above)"
+    if rf.bound == "compute":
+        return f"faster than the {rf.dtype} peak it was held to when saved: that peak is too low for this work"
+    return (
+        "saved before neuronscope said why: its data was in a cache, faster than the one memory roof "
+        "it was held to (on a CPU a profile made now holds it to its cache level's roof)"
     )
 
 

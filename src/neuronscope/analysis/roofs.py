@@ -19,21 +19,48 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["DEVICES", "DeviceLimits", "limits_for_device", "limits_from_user", "limits_for_trace"]
+__all__ = [
+    "BF16_UNITS_MIN_SPEEDUP",
+    "CACHE_FILL",
+    "DEVICES",
+    "DeviceLimits",
+    "limits_for_device",
+    "limits_from_user",
+    "limits_for_trace",
+]
 
 _T = 1e12
 _G = 1e9
 
 
+#: a cache holds a call's working set up to this share of its size: the share each level's
+#: bandwidth is measured at (a cache filled to the brim also holds other data, and evicts: a copy
+#: over all of a 32 MiB L3 streamed at 58-130 GB/s on the CI machine, over half of it at 186)
+CACHE_FILL = 0.5
+#: a bf16 matmul at least this many times as fast as an fp32 one: the device has bf16 matrix units
+#: (tensor cores, AMX, AVX512-BF16); below it bf16 is emulated or converted, and only halves the bytes
+BF16_UNITS_MIN_SPEEDUP = 1.5
+
+
 @dataclass(frozen=True)
 class DeviceLimits:
-    """What one device can do at most: FLOP/s per ``unit/dtype`` and memory bytes/s."""
+    """What one device can do at most: FLOP/s per ``unit/dtype`` and memory bytes/s.
+
+    A CPU also has ``cache_levels``: ``(name, bytes, bytes/s)`` per cache, fastest first, each
+    with the bytes its caches hold for an op (those of all of torch's threads where torch splits
+    the op over them) and the bandwidth measured with a working set of half that
+    (``capture/devices/cpu_limits.py``). An op whose one call moves at most that many bytes is
+    held to that level's roof (:meth:`memory_roof`); past the last level, to
+    ``memory_bandwidth`` (main memory). A GPU or a NeuronCore has none:
+    every op is held to its memory's bandwidth."""
 
     name: str
     memory_bandwidth: float  #: bytes/s
     peak_flops: dict[str, float] = field(default_factory=dict)  #: "matrix/bf16" -> FLOP/s
     source: str = ""  #: where the figures come from (a URL, "measured on HOST", "ns.configure")
     scope: str = ""  #: "per GPU", "per NeuronCore", "this CPU, 2 threads"
+    #: ("L2", bytes it holds, bytes/s) per cache level, fastest first; () for one memory roof
+    cache_levels: tuple[tuple[str, float, float], ...] = ()
 
     def peak(self, unit: str, dtype: str) -> float | None:
         for key in (f"{unit}/{dtype}", f"{unit}/fp32", "vector/fp32", "matrix/fp32"):
@@ -42,14 +69,47 @@ class DeviceLimits:
                 return v
         return None
 
+    def matrix_speedup(self, dtype: str) -> float | None:
+        """A ``dtype`` matmul's peak over the fp32 one's (None: either is unknown)."""
+        low, fp32 = self.peak_flops.get(f"matrix/{dtype}"), self.peak_flops.get("matrix/fp32")
+        return low / fp32 if low and fp32 else None
+
+    @property
+    def has_bf16_matrix_units(self) -> bool:
+        """Whether a bf16 matmul runs on units of its own (at least 1.5x the fp32 FLOP/s): where
+        it does not (a CPU without AMX or AVX512-BF16), bf16 saves bytes but no compute time."""
+        speedup = self.matrix_speedup("bf16")
+        return speedup is not None and speedup >= BF16_UNITS_MIN_SPEEDUP
+
+    def memory_roof(self, call_bytes: float) -> tuple[str, float]:
+        """The memory level one call moving ``call_bytes`` works in, and its roof in bytes/s: the
+        fastest cache that holds them (at most :data:`CACHE_FILL` of it), else main memory
+        ("DRAM"; "" without cache levels). A level's roof is never below a slower level's: a
+        cache measured slower than the memory under it was measured in noise, and data it holds
+        comes no slower than from there."""
+        if not self.cache_levels:
+            return "", self.memory_bandwidth
+        floor = self.memory_bandwidth
+        roofs: list[tuple[str, float, float]] = []
+        for name, size, bandwidth in reversed(self.cache_levels):
+            floor = max(floor, bandwidth)
+            roofs.append((name, size, floor))
+        for name, size, roof in reversed(roofs):
+            if call_bytes <= CACHE_FILL * size:
+                return name, roof
+        return "DRAM", self.memory_bandwidth
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "memory_bandwidth": self.memory_bandwidth,
             "peak_flops": dict(self.peak_flops),
             "source": self.source,
             "scope": self.scope,
         }
+        if self.cache_levels:
+            out["cache_levels"] = [list(level) for level in self.cache_levels]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "DeviceLimits":
@@ -59,6 +119,7 @@ class DeviceLimits:
             peak_flops={str(k): float(v) for k, v in (data.get("peak_flops") or {}).items()},
             source=str(data.get("source", "")),
             scope=str(data.get("scope", "")),
+            cache_levels=_cache_levels(data.get("cache_levels")),  # absent in limits saved before
         )
 
     def line(self) -> str:
@@ -70,7 +131,34 @@ class DeviceLimits:
         fp32_text = f", {format_rate(fp32, 'FLOP/s')} matrix/fp32" if fp32 and best and best[0] != "matrix/fp32" else ""
         scope = f" ({self.scope})" if self.scope else ""
         source = f"; {self.source}" if self.source else ""
-        return f"{self.name}{scope}: {top}{fp32_text}, {format_rate(self.memory_bandwidth, 'B/s')} memory{source}"
+        memory = f"{format_rate(self.memory_bandwidth, 'B/s')} memory"
+        if self.cache_levels:
+            caches = ", ".join(f"{n} ({size_text(size)}) {format_rate(bw, 'B/s')}" for n, size, bw in self.cache_levels)
+            memory = f"memory: {caches}, DRAM {format_rate(self.memory_bandwidth, 'B/s')}"
+        return f"{self.name}{scope}: {top}{fp32_text}{self._bf16_text()}, {memory}{source}"
+
+    def _bf16_text(self) -> str:
+        """Whether bf16 has matrix units, where that is news: a CPU's measured roofs, or a device
+        whose bf16 matmul is no faster than fp32."""
+        speedup = self.matrix_speedup("bf16")
+        if speedup is None or (self.has_bf16_matrix_units and not self.cache_levels):
+            return ""
+        units = "bf16 matrix units" if self.has_bf16_matrix_units else "no bf16 matrix units"
+        return f" ({units}: bf16 matmul {speedup:.2g}x fp32)"
+
+
+def _cache_levels(value: Any) -> tuple[tuple[str, float, float], ...]:
+    if not value:
+        return ()
+    return tuple((str(name), float(size), float(bandwidth)) for name, size, bandwidth in value)
+
+
+def size_text(nbytes: float) -> str:
+    """``32768`` -> ``32 KiB`` (a cache's size, a working set)."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{nbytes:.0f} B"
 
 
 def _gpu(
@@ -456,11 +544,15 @@ def limits_from_user(value: Any) -> DeviceLimits:
         try:
             bw = float(value["memory_bandwidth"])
             peaks = {str(k): float(v) for k, v in (value.get("peak_flops") or {}).items()}
+            levels = _cache_levels(value.get("cache_levels"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(
                 'device_limits: a dict needs "memory_bandwidth" (bytes/s) and "peak_flops" '
-                '({"matrix/bf16": FLOP/s, "vector/fp32": FLOP/s, ...}); ' + f"got {value!r} ({exc})"
+                '({"matrix/bf16": FLOP/s, "vector/fp32": FLOP/s, ...}), and may have "cache_levels" '
+                '([["L2", bytes, bytes/s], ...], fastest first); ' + f"got {value!r} ({exc})"
             ) from None
+        if any(size <= 0 or level_bw <= 0 for _, size, level_bw in levels):
+            raise ConfigurationError(f"device_limits: every cache level needs a size and a bandwidth > 0; got {levels!r}")
         bad = [k for k in peaks if not re.fullmatch(r"(matrix|vector)/(fp64|fp32|tf32|bf16|fp16|fp8|int8|int)", k)]
         if bw <= 0 or not peaks or bad or any(v <= 0 for v in peaks.values()):
             raise ConfigurationError(
@@ -473,5 +565,6 @@ def limits_from_user(value: Any) -> DeviceLimits:
             peaks,
             str(value.get("source", "ns.configure(device_limits=...)")),
             str(value.get("scope", "")),
+            levels,
         )
     raise ConfigurationError(f"device_limits must be a DeviceLimits, a device name or a dict, not {type(value).__name__}")

@@ -145,7 +145,9 @@ def format_amount(value: float, unit: str) -> str:
     return format_rate(value, unit)
 
 
-ROOFLINE_HEADER = ("Name", "Calls", "Time", "Work", "Achieved", "FLOP/B", "Bound", "% of roof", "At roof", "At stake")
+ROOFLINE_HEADER = ("Name", "Calls", "Time", "Work", "Achieved", "FLOP/B", "Bound", "Level", "% of roof", "At roof", "At stake")
+#: marks a % of roof above 100: the footer says why
+ABOVE_MARK = "*"
 
 
 def roofline_rows(summary: Any) -> list[Any]:
@@ -154,12 +156,21 @@ def roofline_rows(summary: Any) -> list[Any]:
     return sorted(rows, key=lambda r: (-r.roofline.time_at_stake_us, r.name))
 
 
-def roofline_cells(r: Any) -> tuple[str, ...]:
+def roofline_header(rows: Sequence[Any]) -> tuple[str, ...]:
+    """The table's columns: "Level" (the memory level each op's bytes are held to) only where
+    the device has cache levels (a CPU)."""
+    if any(r.roofline.memory_level for r in rows):
+        return ROOFLINE_HEADER
+    return tuple(h for h in ROOFLINE_HEADER if h != "Level")
+
+
+def roofline_cells(r: Any, level: bool = True) -> tuple[str, ...]:
     rf = r.roofline
     work = format_amount(rf.flops, "FLOP") if rf.bound == "compute" else format_amount(rf.bytes, "B")
     achieved = (
         format_rate(rf.achieved_flops_per_s, "FLOP/s") if rf.bound == "compute" else format_rate(rf.achieved_bytes_per_s, "B/s")
     )
+    pct = f"{rf.pct_of_roof:.1f}%" + (" at limit" if rf.at_limit else "") + (f" {ABOVE_MARK}" if rf.above_roof else "")
     return (
         str(rf.calls),
         format_us(rf.time_us),
@@ -167,7 +178,8 @@ def roofline_cells(r: Any) -> tuple[str, ...]:
         achieved,
         f"{rf.intensity:.3g}" if rf.intensity is not None else "-",
         f"{rf.bound} {rf.dtype.split('/')[-1]}",
-        f"{rf.pct_of_roof:.1f}%" + (" at limit" if rf.at_limit else ""),
+        *((rf.memory_level or "-",) if level else ()),
+        pct,
         format_us(rf.time_at_roof_us),
         format_us(rf.time_at_stake_us),
     )
@@ -194,12 +206,13 @@ def roofline_footer(summary: Any) -> list[str]:
             f"(FLOP/s {run.flops_pct:.1f}% of peak, bytes/s {run.bytes_pct:.1f}% of bandwidth); "
             f"{format_us(run.time_at_stake_us)} above the roofs"
         )
-    over = [r.name for r in roofline_rows(summary) if r.roofline.bound == "memory" and r.roofline.pct_of_roof > 100]
-    if over and summary.device == "cpu":
-        out.append(
-            f"above 100% of the memory roof ({', '.join(over[:3])}): their data fit in the CPU's caches, "
-            "faster than the main memory the roof measures"
-        )
+    over = sorted((r for r in roofline_rows(summary) if r.roofline.above_roof), key=lambda r: -r.roofline.time_us)
+    for r in over[:5]:
+        rf = r.roofline
+        level = f" {rf.memory_level}" if rf.memory_level and rf.bound == "memory" else ""
+        out.append(f"{ABOVE_MARK} {r.name} at {rf.pct_of_roof:.0f}% of its{level} roof: {rf.above_roof}")
+    if len(over) > 5:
+        out.append(f"{ABOVE_MARK} +{len(over) - 5} more above their roofs (summary.rows[i].roofline.above_roof says why)")
     covered = ("counted in ", "a wrapper", "moves no data")  # their work has a roofline elsewhere, or there is none
     missing = sorted(
         (
@@ -222,14 +235,15 @@ def roofline_footer(summary: Any) -> list[str]:
 def roofline_table(summary: Any, limit: int | None = 20, max_name: int = 48) -> str:
     rows = roofline_rows(summary)
     shown = rows if limit is None else rows[:limit]
-    body = [(_fit(summary.label(r.name), max_name), *roofline_cells(r)) for r in shown]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(ROOFLINE_HEADER)]
+    header = roofline_header(rows)
+    body = [(_fit(summary.label(r.name), max_name), *roofline_cells(r, "Level" in header)) for r in shown]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
 
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     rule = "  ".join("-" * w for w in widths)
-    out = [rule, line(ROOFLINE_HEADER), rule, *(line(b) for b in body), rule] if body else []
+    out = [rule, line(header), rule, *(line(b) for b in body), rule] if body else []
     if len(rows) > len(shown):
         out.append(f"... {len(rows) - len(shown)} more ops with a roofline")
     return "\n".join(out + roofline_footer(summary))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .work import OpCost, OpWork, is_modelled, no_model_reason, op_cost
+from .work import OpCost, OpWork, call_size_class, is_modelled, no_model_reason, op_cost
 
 if TYPE_CHECKING:
     from ..trace.model import Trace
@@ -50,10 +50,6 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
     ok_cost = np.array([isinstance(c, OpCost) for c in costs] + [False], dtype=bool)
     flops_c = np.array([c.flops if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
     bytes_c = np.array([c.bytes if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
-    roof_keys: dict[str, int] = {}
-    roof_c = np.array(
-        [roof_keys.setdefault(c.roof_key, len(roof_keys)) if isinstance(c, OpCost) else -1 for c in costs] + [-1], dtype=np.int64
-    )
     ok = ok_cost[cost_of]  # cost_of == -1 reads the sentinel (False)
 
     # 2. the outermost modelled call around each call (-1: none), level by level from the roots
@@ -88,18 +84,22 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
                 "bytes": float(by[j]),
                 "time_us": float(tm[j]) / 1e3,
             }
-        rk = roof_c[ci]
-        pair = inv * max(len(roof_keys), 1) + rk
-        pu, pinv = np.unique(pair, return_inverse=True)
+        # per (row, distinct cost): its roof and the size of one call (a CPU's cache level)
+        n_costs = len(costs) + 1
+        pu, pinv = np.unique(inv * n_costs + ci, return_inverse=True)
         pinv = pinv.reshape(-1)
         pf = np.bincount(pinv, weights=flops_c[ci], minlength=pu.size)
         pb = np.bincount(pinv, weights=bytes_c[ci], minlength=pu.size)
-        key_names = list(roof_keys)
         for j, p in enumerate(pu.tolist()):
-            row, r = divmod(p, max(len(roof_keys), 1))
-            w = works[int(uniq[row])]
-            w["flops_by_roof"][key_names[r]] = float(pf[j])
-            w["bytes_by_roof"][key_names[r]] = float(pb[j])
+            row, c = divmod(p, n_costs)
+            w, cost = works[int(uniq[row])], costs[c]
+            assert isinstance(cost, OpCost)
+            w["flops_by_roof"][cost.roof_key] = w["flops_by_roof"].get(cost.roof_key, 0.0) + float(pf[j])
+            w["bytes_by_roof"][cost.roof_key] = w["bytes_by_roof"].get(cost.roof_key, 0.0) + float(pb[j])
+            if cost.bytes > 0:
+                size = call_size_class(cost.bytes)
+                had, largest = w["bytes_by_call_size"].get(size, (0.0, 0.0))
+                w["bytes_by_call_size"][size] = (had + float(pb[j]), max(largest, cost.bytes))
         _, first = np.unique(inv, return_index=True)  # each row's first call names its family
         for j, c in enumerate(ci[first].tolist()):
             cost = costs[c]
@@ -133,6 +133,7 @@ def _empty() -> dict[str, Any]:
         "family": "",
         "not_counted": 0,
         "reason": "",
+        "bytes_by_call_size": {},
     }
 
 

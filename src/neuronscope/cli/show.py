@@ -67,12 +67,17 @@ def show(path: str, top: int, sort: str, by_region: bool, roofline: bool, as_jso
             "work": Work | null, "roofline": Roofline | null}  # record_shapes=True
       Work = {"calls": int, "flops": float, "bytes": float, "time_us": float,
               "flops_by_roof": {"matrix/bf16": float, ...}, "bytes_by_roof": {...},
-              "family": str, "not_counted": int, "reason": str}
+              "family": str, "not_counted": int, "reason": str,
+              "bytes_by_call_size": {"k": [bytes, largest call's bytes], ...}}  # calls of 2^k..2^(k+1) B
       Roofline = {"calls", "flops", "bytes", "time_us", "achieved_flops_per_s",
                   "achieved_bytes_per_s", "intensity", "bound": "memory"|"compute",
-                  "roof_flops_per_s", "dtype", "time_at_roof_us", "pct_of_roof"}
+                  "roof_flops_per_s", "dtype", "time_at_roof_us", "pct_of_roof",
+                  "memory_level": "L1"|"L2"|"L3"|"DRAM"|"" (a CPU's cache level; "": one memory roof),
+                  "roof_bytes_per_s", "largest_call_bytes",
+                  "above_roof": str}  # why it is above 100 % of its roof ("" when not)
       Limits = {"name": str, "memory_bandwidth": float (bytes/s),
-                "peak_flops": {"matrix/bf16": float (FLOP/s), ...}, "source", "scope"}
+                "peak_flops": {"matrix/bf16": float (FLOP/s), ...}, "source", "scope",
+                "cache_levels": [[name, bytes, bytes/s], ...]}  # a CPU's; absent elsewhere
     New keys may be added within a schema_version; existing ones keep their meaning.
     """
     src = load_source(path)

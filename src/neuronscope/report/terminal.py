@@ -24,12 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.text import (
-    ROOFLINE_HEADER,
     compile_footer,
     device_cells,
     format_us,
     roofline_cells,
     roofline_footer,
+    roofline_header,
     roofline_rows,
     split_compile_rows,
 )
@@ -312,7 +312,8 @@ def roofline_renderable(summary: Summary, console: Console, *, top: int | None =
     """Each op against the device's roofs (``show --roofline``): the most time at stake first."""
     rows = roofline_rows(summary)
     shown = rows if top is None else rows[:top]
-    cells = [roofline_cells(r) for r in shown]
+    header = roofline_header(rows)
+    cells = [roofline_cells(r, "Level" in header) for r in shown]
     # the name column absorbs the squeeze; then the least telling columns go first
     priority = {
         "Calls": 6,
@@ -321,11 +322,12 @@ def roofline_renderable(summary: Summary, console: Console, *, top: int | None =
         "Achieved": 4,
         "FLOP/B": 8,
         "Bound": 5,
+        "Level": 6,
         "% of roof": 1,
         "At roof": 9,
         "At stake": 2,
     }
-    cols = [_Col(h, priority[h], [c[i] for c in cells]) for i, h in enumerate(ROOFLINE_HEADER[1:])]
+    cols = [_Col(h, priority[h], [c[i] for c in cells]) for i, h in enumerate(header[1:])]
     parts: list[RenderableType] = []
     if shown:
         parts.append(_build_table(console, "Name", [summary.label(r.name) for r in shown], cols))

@@ -10,7 +10,7 @@ Two figures, kept apart:
   higher share of it — a kernel as good as that one would do this op's work at that rate
   (``evidence["at_stake_model"]``). Where no op of the run does better, nothing is claimed.
 
-An op at 70 % of its roof or more (and not above it) is at the limit: only less work or a
+An op at 70 % of its roof or more (and not above it: ``Roofline.at_limit``) is at the limit: only less work or a
 lower precision makes it faster, and it is named in the notes instead. An op above its roof
 (its data was already in a faster level than the one its size suggests) is never "at the
 limit". Fusion or a lower precision removes work, so it can save more than either figure
@@ -32,13 +32,8 @@ from . import Context, MessageContext, rule
 MAX_FINDINGS = 3
 #: an op's gap to its roof must be at least this share of the window to be a finding
 MIN_SHARE = 0.02
-#: above this share of its roof an op ran faster than the roof it was placed against (a cache
-#: level faster than its size suggests, or noise in a measured roof): never "at the limit"
-ABOVE_ROOF_PCT = 110.0
 #: a peer must hold at least this share of the device time to set the rate an op could reach
 PEER_MIN_SHARE = 0.005
-#: a bf16 matmul this much faster than fp32 on a CPU means bf16 matrix units (AMX, AVX512-BF16)
-BF16_UNITS_RATIO = 1.5
 
 _MEMORY_FIX = {
     "elementwise": "fuse the elementwise ops around it into one pass (torch.compile), or move fewer bytes (a lower precision)",
@@ -128,7 +123,7 @@ def roofline_findings(summary: Any, out: _Out) -> list:
 def limit_note(scored: list) -> str | None:
     """``at the device's limit (>= 70% of the roof): aten::mul (83%), ...``: the ops between 70 %
     of their roof and the roof, most time first (above it an op is not at any limit)."""
-    at_limit = [r for r in scored if AT_LIMIT_PCT <= r.roofline.pct_of_roof <= ABOVE_ROOF_PCT]
+    at_limit = [r for r in scored if r.roofline.at_limit]
     if not at_limit:
         return None
     names = ", ".join(
@@ -195,9 +190,8 @@ def _low_precision(family: str, device: str, limits: Any) -> str:
     template = _LOW_PRECISION.get(family)
     if template is None:
         return ""
+    if not limits.has_bf16_matrix_units:
+        return ""
     if device != "cpu":
         return template.format(dtype="a tensor-core dtype (bf16)")
-    fp32, bf16 = limits.peak("matrix", "fp32"), limits.peak("matrix", "bf16")
-    if fp32 and bf16 and bf16 >= BF16_UNITS_RATIO * fp32:
-        return template.format(dtype=f"bf16 (this CPU's bf16 matmul measured {bf16 / fp32:.1f}x its fp32)")
-    return ""
+    return template.format(dtype=f"bf16 (this CPU's bf16 matmul measured {limits.matrix_speedup('bf16'):.1f}x its fp32)")
