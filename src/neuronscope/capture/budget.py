@@ -178,22 +178,30 @@ class Recording:
 
     # -- estimates -------------------------------------------------------------------------
     def session_events(self, now: int) -> int:
-        """Events recorded by the running session so far (an estimate; see the module doc)."""
+        """Events recorded by the running session so far (an estimate; see the module doc).
+
+        Events are made while the profiled thread runs: the estimate is a rate per second of
+        that thread's CPU time (schedstat), so a thread that waits for a core or sleeps is not
+        credited with events it could not record. The rate is learned from the last window (or
+        run) of this profile, its true count over its thread's CPU time; before one was counted,
+        the fastest eager rate bounds it, and so does the process's RSS growth (~240 B an event
+        while torch records) -- which also counts the program's own allocations, so it is no
+        longer read once a rate is known."""
         from . import session
 
         owner, _, rss_at_start = session.recording_since()
-        elapsed_s = max(now - self.session_started, 0) / 1e9
-        rss = session._rss()
-        by_rss = None
-        if owner is not None and rss is not None and rss_at_start:
-            by_rss = max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT
-        learned = _worker.backlog.learned_rate(self.capture.name)
+        cpu_ns = session.cpu_since_start()
+        busy_s = (cpu_ns if cpu_ns is not None else max(now - self.session_started, 0)) / 1e9
+        learned = _worker.backlog.learned_cpu_rate(self.capture.name) if cpu_ns is not None else None
+        if learned is None and cpu_ns is None:
+            learned = _worker.backlog.learned_rate(self.capture.name)  # not Linux: per second of wall time
         if learned is not None:
-            # measured on this profile's last window or run: the same code records alike -- unless
-            # it now runs faster (less contention): then the session's RSS growth says so
-            return int(max(learned * elapsed_s, by_rss or 0.0))
-        by_rate = FIRST_EVENT_RATE * elapsed_s  # a first window: whichever says fewer
-        return int(by_rate if by_rss is None else min(by_rate, by_rss))
+            return int(learned * busy_s)
+        rss = session._rss()
+        by_rate = FIRST_EVENT_RATE * busy_s  # a first window: whichever says fewer
+        if owner is None or rss is None or not rss_at_start:
+            return int(by_rate)
+        return int(min(by_rate, max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
 
     def recorded_total_ns(self, now: int) -> int:
         with self.lock:
