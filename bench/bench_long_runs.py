@@ -1,5 +1,11 @@
-"""Long runs under ``neuronscope run`` with its defaults: peak RSS and post-processing time
-should be flat in the length of the run, not linear (issue 27).
+"""Long runs under ``neuronscope run`` with its defaults (issues 27 and 36).
+
+``length`` (the default): peak RSS and post-processing time should be flat in the length of the
+run, not linear (issue 27). ``mlp``: what the default windows record of a training script and
+what they cost it — coverage (steps and wall time recorded) and the slowdown against the same
+script unprofiled, interleaved, median of 3 (issue 36.4). ``soak``: 10,000 one-step windows on
+a small model — the cost of a window and the process's RSS at windows 100, 1,000 and 10,000
+must stay flat (issue 36.3).
 
 The script is the one a new user tried: a ``Linear(64, 64)`` called in a loop for S seconds
 (~330,000 events/s recorded here). Each arm is its own process, run as a user would run it:
@@ -11,7 +17,9 @@ process's exit minus the moment the script printed that its loop ended. The base
 the same script for 2 s as one unbounded window (``--no-windows --max-events 0``): what every
 run used to be.
 
-    python bench/bench_long_runs.py [--seconds 30 120 600] [--baseline-seconds 2]
+    python bench/bench_long_runs.py [length] [--seconds 30 120 600] [--baseline-seconds 2]
+    python bench/bench_long_runs.py mlp [--steps 400] [--rounds 3]
+    python bench/bench_long_runs.py soak [--windows 10000]
 """
 
 from __future__ import annotations
@@ -76,11 +84,120 @@ def arm(seconds: float, extra: list[str]) -> dict:
         }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, nargs="+", default=[30, 120, 600])
-    parser.add_argument("--baseline-seconds", type=float, default=2.0)
-    args = parser.parse_args()
+MLP = textwrap.dedent(
+    """
+    import sys, time, torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    steps = int(sys.argv[1])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = TensorDataset(torch.randn(steps * 64, 256), torch.randint(0, 10, (steps * 64,)))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    t0 = time.perf_counter()
+    for x, y in DataLoader(data, batch_size=64):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    print("loop", time.perf_counter() - t0, flush=True)
+    """
+)
+
+
+def mlp_arm(steps: int, profiled: bool, extra: list[str]) -> dict:
+    """One run of the MLP script: its training loop's own wall time, and what was recorded."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "mlp.py"
+        script.write_text(MLP)
+        out = Path(tmp) / "runs"
+        prefix = [sys.executable, "-m", "neuronscope", "run", "-q", "--output-dir", str(out), *extra] if profiled else [sys.executable]
+        text = subprocess.run([*prefix, str(script), str(steps)], capture_output=True, text=True).stdout
+        loop = float(next(ln for ln in text.splitlines() if ln.startswith("loop")).split()[1])
+        cov: dict = {}
+        runs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+        if runs:
+            cov = json.loads((runs[0] / "manifest.json").read_text()).get("coverage") or {}
+        return {"loop_s": loop, "coverage": cov}
+
+
+def mlp(args: argparse.Namespace) -> None:
+    """Coverage and slowdown of the default windows on a training script (issue 36.4)."""
+    import statistics
+
+    plain, profiled = [], []
+    for k in range(args.rounds):  # interleaved, the order alternating
+        arms = [(False, plain), (True, profiled)]
+        for is_profiled, out in arms if k % 2 == 0 else arms[::-1]:
+            out.append(mlp_arm(args.steps, is_profiled, args.extra))
+    loop_plain = statistics.median(r["loop_s"] for r in plain)
+    loop_prof = statistics.median(r["loop_s"] for r in profiled)
+    covs = [r["coverage"] for r in profiled]
+    wall_pct = statistics.median(float(c.get("recorded_pct", 100.0)) for c in covs)
+    steps_pct = statistics.median(100.0 * c.get("recorded_steps", 0) / max(c.get("steps", 0), 1) for c in covs)
+    windows = statistics.median(int(c.get("windows", 1)) for c in covs)
+    ended = [c.get("ended_by", {}) for c in covs]
+    print(f"MLP script, {args.steps} steps, neuronscope run {' '.join(args.extra) or '(defaults)'}; median of {args.rounds}")
+    print(f"  training loop unprofiled {loop_plain:.2f} s, profiled {loop_prof:.2f} s: slowdown x{loop_prof / loop_plain:.2f}")
+    print(f"  recorded {wall_pct:.0f}% of the wall time, {steps_pct:.0f}% of the steps, in {windows:.0f} windows; ended by: {ended}")
+
+
+def soak(args: argparse.Namespace) -> None:
+    """10,000 one-step windows in one process: per-window cost and RSS stay flat (issue 36.3)."""
+    import resource
+
+    import torch
+
+    import neuronscope as ns
+
+    def rss_mb() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32)
+    marks = sorted({100, 1000, args.windows})
+    times: list[float] = []
+    at: dict[int, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp, ns.profile_neuron(name="soak", output_dir=tmp, windows=ns.Windows(steps=1, keep=1)) as run:
+        t_last = time.perf_counter()
+        while True:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            ns.step()
+            now = time.perf_counter()
+            times.append(now - t_last)
+            t_last = now
+            windows = _windows_done(run)
+            for m in marks:
+                if m not in at and windows >= m:
+                    block = times[-200:]
+                    at[m] = (sum(block) / len(block) * 1e3, rss_mb())
+                    print(f"  window {m}: {at[m][0]:.3f} ms a step, RSS {at[m][1]:.0f} MB", flush=True)
+            if windows >= args.windows:
+                break
+    ns.flush(600)
+    print(f"soak: {args.windows} one-step windows; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    lo, hi = at[marks[0]], at[marks[-1]]
+    print(f"  per-step cost at {marks[-1]} vs {marks[0]}: x{hi[0] / lo[0]:.2f}; RSS growth {hi[1] - lo[1]:+.0f} MB")
+
+
+def _windows_done(run: object) -> int:
+    """Windows the running profile has ended so far (the recording's window number, less the open one)."""
+    from neuronscope.capture import session
+
+    for capture in session.open_captures():
+        rec = getattr(capture, "recording", None)
+        if rec is not None:
+            return rec.window_index - (1 if rec.recording else 0)
+    return 0
+
+
+def length(args: argparse.Namespace) -> None:
     rows = [dict(arm(args.baseline_seconds, ["--no-windows", "--max-events", "0"]), arm="one unbounded window")]
     for s in args.seconds:
         rows.append(dict(arm(s, []), arm="defaults"))
@@ -98,6 +215,24 @@ def main() -> None:
             f"{r['seconds']:.0f} s vs {base['seconds']:.0f} s: x{r['seconds'] / base['seconds']:.0f} the length, "
             f"peak RSS x{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}, post-processing x{r['post_s'] / max(base['post_s'], 1e-3):.2f}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what")
+    p_len = sub.add_parser("length", help="RSS and post-processing against the run's length (issue 27)")
+    p_len.add_argument("--seconds", type=float, nargs="+", default=[30, 120, 600])
+    p_len.add_argument("--baseline-seconds", type=float, default=2.0)
+    p_mlp = sub.add_parser("mlp", help="coverage and slowdown of the default windows on a training script")
+    p_mlp.add_argument("--steps", type=int, default=400)
+    p_mlp.add_argument("--rounds", type=int, default=3)
+    p_mlp.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more neuronscope run options")
+    p_soak = sub.add_parser("soak", help="10,000 one-step windows: per-window cost and RSS")
+    p_soak.add_argument("--windows", type=int, default=10_000)
+    args = parser.parse_args()
+    if args.what is None:
+        args = parser.parse_args(["length", *sys.argv[1:]])
+    {"length": length, "mlp": mlp, "soak": soak}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-__all__ = ["add_contention", "available_memory", "cpu_contention", "cpu_sample", "thread_cpu_ns"]
+__all__ = ["add_contention", "available_memory", "cpu_contention", "cpu_sample"]
 
 
 def available_memory() -> int | None:
@@ -42,12 +42,6 @@ def _machine_busy_ns() -> int | None:
     except (OSError, ValueError):
         return None
     return (user + nice + system + irq + softirq + steal) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu_ns(native_tid: int) -> int | None:
-    """Time the thread ``native_tid`` of this process has run on a CPU (schedstat), ns."""
-    stat = _read_schedstat(native_tid)
-    return stat[0] if stat is not None else None
 
 
 def cpu_sample(native_tid: int) -> tuple[int, tuple[int, int] | None, int | None, int]:

@@ -137,7 +137,6 @@ class Backlog:
         self.largest_bytes = 0  #: the largest single capture measured
         # per profile name: (events/s, bytes) of its last capture -- the same code makes alike profiles
         self._last_by_name: dict[str, tuple[float, int]] = {}
-        self._cpu_rate_by_name: dict[str, float] = {}
 
     @staticmethod
     def budget() -> int:
@@ -179,23 +178,14 @@ class Backlog:
         last = self._last_by_name.get(name) if name is not None else None
         return last[0] if last is not None else None
 
-    def learned_cpu_rate(self, name: str | None) -> float | None:
-        """Events per second of its thread's CPU time the last capture of ``name`` recorded."""
-        return self._cpu_rate_by_name.get(name) if name is not None else None
-
     def add(self, key: Hashable, nbytes: int) -> None:
         with self._lock:
             self._total += nbytes - self._bytes.get(key, 0)
             self._bytes[key] = nbytes
             self.peak_bytes = max(self.peak_bytes, self._total)
 
-    def measured(self, key: Hashable, events: int, duration_ns: int, name: str | None = None, cpu_ns: int | None = None) -> None:
-        """The exact size of a capture, once read; also refines the event-rate estimates (per
-        second of wall time, and per second of its thread's CPU time ``cpu_ns``)."""
-        if name is not None and cpu_ns and events > 0:
-            if len(self._cpu_rate_by_name) > 1024:
-                self._cpu_rate_by_name.clear()
-            self._cpu_rate_by_name[name] = events * 1e9 / cpu_ns
+    def measured(self, key: Hashable, events: int, duration_ns: int, name: str | None = None) -> None:
+        """The exact size of a capture, once read; also refines the event-rate estimates."""
         if duration_ns > 0 and events > 0:
             rate = events * 1e9 / duration_ns
             if name is not None:

@@ -75,9 +75,10 @@ def test_a_profile_stops_recording_at_its_event_budget_and_says_what_it_covers(t
     assert cov is not None and cov["stopped"] == "budget" and cov["max_events"] == 40_000
     # recording stopped near the budget (estimated while torch records, polled every 50 ms) ...
     assert 20_000 <= cov["events"] <= 3 * 40_000
-    # ... and the program ran on unprofiled: most calls are not in the profile
+    # ... and the program ran on unprofiled: most calls are not in the profile (counted in calls:
+    # the share of time recorded depends on how fast a loaded machine ran each part of the loop)
     assert got["calls"] > 2 * got["linear"] > 0
-    assert cov["recorded_ns"] < cov["wall_ns"] / 2
+    assert 0 < cov["recorded_ns"] < cov["wall_ns"]
     assert any("event budget of 40,000 events" in w for w in got["warnings"])
     manifest = json.loads((Path(got["path"]) / "manifest.json").read_text())
     assert manifest["coverage"]["stopped"] == "budget" and manifest["events"] == cov["events"]

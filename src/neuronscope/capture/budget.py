@@ -180,28 +180,24 @@ class Recording:
     def session_events(self, now: int) -> int:
         """Events recorded by the running session so far (an estimate; see the module doc).
 
-        Events are made while the profiled thread runs: the estimate is a rate per second of
-        that thread's CPU time (schedstat), so a thread that waits for a core or sleeps is not
-        credited with events it could not record. The rate is learned from the last window (or
-        run) of this profile, its true count over its thread's CPU time; before one was counted,
-        the fastest eager rate bounds it, and so does the process's RSS growth (~240 B an event
-        while torch records) -- which also counts the program's own allocations, so it is no
-        longer read once a rate is known."""
+        Once a window (or run) of this profile was counted, its true events per second: the same
+        code records alike, and the program's own allocations are no events. Before that, the
+        process's RSS growth at ~240 B an event while torch records -- the memory the budget
+        guards, the program's allocations included (the rate a first session reaches is no
+        guide: a thread that waits for a core, spins in an OpenMP barrier or runs torch's lazy
+        first-call set-up makes few events per second of wall or CPU time). Without an RSS
+        reading, the fastest eager rate of one thread."""
         from . import session
 
-        owner, _, rss_at_start = session.recording_since()
-        cpu_ns = session.cpu_since_start()
-        busy_s = (cpu_ns if cpu_ns is not None else max(now - self.session_started, 0)) / 1e9
-        learned = _worker.backlog.learned_cpu_rate(self.capture.name) if cpu_ns is not None else None
-        if learned is None and cpu_ns is None:
-            learned = _worker.backlog.learned_rate(self.capture.name)  # not Linux: per second of wall time
+        elapsed_s = max(now - self.session_started, 0) / 1e9
+        learned = _worker.backlog.learned_rate(self.capture.name)
         if learned is not None:
-            return int(learned * busy_s)
+            return int(learned * elapsed_s)
+        owner, _, rss_at_start = session.recording_since()
         rss = session._rss()
-        by_rate = FIRST_EVENT_RATE * busy_s  # a first window: whichever says fewer
         if owner is None or rss is None or not rss_at_start:
-            return int(by_rate)
-        return int(min(by_rate, max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
+            return int(FIRST_EVENT_RATE * elapsed_s)
+        return int(max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT)
 
     def recorded_total_ns(self, now: int) -> int:
         with self.lock:

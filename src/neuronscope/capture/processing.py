@@ -168,9 +168,7 @@ def _segment_trace(seg: Any, device: str) -> Any:
     with seg._lock:
         if seg.trace is None:
             seg.trace = trace_from_kineto(seg.results, device=device)
-            _worker.backlog.measured(
-                id(seg), len(seg.trace), seg.stop_ns - seg.start_ns, getattr(seg.owner, "name", None), cpu_ns=seg.cpu_ns
-            )
+            _worker.backlog.measured(id(seg), len(seg.trace), seg.stop_ns - seg.start_ns, getattr(seg.owner, "name", None))
         return seg.trace
 
 

@@ -367,7 +367,6 @@ class _Capture:
         self._windowed: Any = None  # capture/windows.WindowedRun, for a profile in windows
         self._window_start_ns = 0
         self._native_thread = threading.get_native_id()  # the profiled thread, for its CPU contention
-        self.native_thread = self._native_thread  # session.Client: whose CPU time makes its events
         self._cpu_at_start: Any = None  # _system.cpu_sample when this session or window started
         self._last_window_cpu: Any = None  # the last window's contention, measured as the capture ended
         self._limit_lock = threading.Lock()  # one limit action at a time (capture/budget.py acts from two threads)

@@ -31,8 +31,6 @@ from typing import Any, Protocol
 
 import torch
 
-from .. import _system
-
 # the markers a capture leaves in the trace
 from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
@@ -48,7 +46,6 @@ class Client(Protocol):
     segments: list  #: what the session recorded for this capture, in order
     last_window_results: Any  #: a scheduled capture's last window (see share_window)
     paused: bool  #: open but not recording (between windows, past its budget): not resumed after a nested profile
-    native_thread: int  #: the OS id of the thread it profiles (whose CPU time makes its events)
 
     def start_session(self, all_threads: bool) -> Any:
         """Start (and return) the torch.profiler session, configured for this capture."""
@@ -106,9 +103,6 @@ class Segment:
     continued: tuple[str, ...] = ()
     all_threads: bool = False  #: the session recorded every thread
     rss_growth: int | None = None  #: process RSS growth over the session (Linux), bytes
-    #: the owning capture's thread's time on a CPU over the session (Linux), ns: events are made at
-    #: a rate per second of CPU, not of wall time (a contended or sleeping thread records fewer)
-    cpu_ns: int | None = None
     trace: Any = None  #: the segment's trace model, read once for every capture that shares it
     #: Kineto's JSON of this segment when the memory stage saved it (Kineto saves once: the run
     #: directory's trace.json.gz is then made from this file); removed with the segment
@@ -142,7 +136,6 @@ _session_all_threads = False
 _session_start_ns = 0
 _session_continued: tuple[str, ...] = ()
 _session_rss = 0
-_session_cpu_ns: int | None = None  # the owner's thread's CPU time when the session started
 # Which capture the current call chain runs inside. A ContextVar, not the thread id:
 # asyncio tasks share a thread, but a task started elsewhere is not part of the profiled
 # call, while tasks the profiled coroutine creates itself inherit the context and are.
@@ -283,20 +276,6 @@ def open_captures() -> list[Client]:
         return list(_open)
 
 
-def owner_cpu_ns(capture: Any) -> int | None:
-    """CPU time of the thread ``capture`` profiles (its ``native_thread``), ns; None elsewhere."""
-    tid = getattr(capture, "native_thread", None)
-    return _system.thread_cpu_ns(tid) if tid is not None else None
-
-
-def cpu_since_start() -> int | None:
-    """The running session's owner's thread's CPU time since the session started, ns."""
-    with _lock:
-        owner, start = _session_owner, _session_cpu_ns
-    now = owner_cpu_ns(owner) if owner is not None else None
-    return None if now is None or start is None else max(now - start, 0)
-
-
 def _rss() -> int | None:
     try:
         with open("/proc/self/statm", "rb") as f:
@@ -311,13 +290,12 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 def _start(capture: Client) -> None:
     """Start a session owned by ``capture`` (the regions it continues are set by _resume)."""
     global _session, _session_owner, _session_thread, _session_all_threads, _session_start_ns, _session_continued
-    global _session_rss, _session_cpu_ns
+    global _session_rss
     all_threads = any(c.all_threads for c in _open)
     _session = capture.start_session(all_threads)
     # measured after torch's start: its first start initialises Kineto (time and memory that
     # are not this segment's events)
     _session_rss = _rss() or 0
-    _session_cpu_ns = owner_cpu_ns(capture)
     _session_start_ns = time.time_ns()
     _session_owner = capture
     _session_thread = threading.get_ident()
@@ -344,10 +322,8 @@ def _cut_segment() -> None:
     if results is owner.last_window_results:
         return  # a scheduled capture's last window: already a segment of everyone (share_window)
     rss = _rss()
-    cpu_now = owner_cpu_ns(owner)
     seg = Segment(
         rss_growth=None if rss is None or not _session_rss else max(rss - _session_rss, 0),
-        cpu_ns=None if cpu_now is None or _session_cpu_ns is None else max(cpu_now - _session_cpu_ns, 0),
         results=results,
         owner=owner,
         start_ns=_session_start_ns,
