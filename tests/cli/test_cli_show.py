@@ -76,9 +76,28 @@ def test_show_json_schema_matches_the_run(runner, profiles):
     assert set(data) == {
         "schema_version", "source", "device", "total_device_time_us", "total_cpu_time_us",
         "compile_time_us", "op_count", "sort", "top", "ops", "regions", "warnings", "notes", "diagnosis", "memory",
-        "limits", "roofline",
+        "limits", "roofline", "device_classes",
     }  # fmt: skip
     assert data["limits"] is None and data["roofline"] is None  # no record_shapes: no roofline
+    # a CPU profile: each op's device time (its CPU time) in its op's class, summing to the total
+    classes = data["device_classes"]
+    assert set(classes) == {"by_class_us", "by_op_us", "outside_ops_us", "graph_us", "total_us", "classified_pct"}
+    assert classes["total_us"] == pytest.approx(data["total_device_time_us"])
+    assert sum(classes["by_class_us"].values()) == pytest.approx(data["total_device_time_us"])
+    assert classes["outside_ops_us"] == {} and classes["graph_us"] == 0.0  # no kernels on a CPU
+    by_row = {r.name: r.self_device_time_us for r in summary.rows}
+    expected = {"elementwise": 0.0, "reduction": 0.0, "copy": 0.0, "other": 0.0}
+    for name, us in by_row.items():  # the naive RMSNorm's ops, by what they do
+        kind = (
+            "elementwise" if re.fullmatch(r"aten::(pow|add|sub|mul|div|rsqrt)_?", name)
+            else "reduction" if name in ("aten::mean", "aten::sum")
+            else "copy" if name in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::fill_")
+            else "other"
+        )  # fmt: skip
+        expected[kind] += us
+    assert set(classes["by_class_us"]) == {k for k, us in expected.items() if us > 0}
+    for kind, us in expected.items():
+        assert classes["by_class_us"].get(kind, 0.0) == pytest.approx(us, abs=1e-6), kind
     assert data["source"] == {"label": "small", "kind": "run", "path": str(profiles.small), "device": "cpu"}
     assert data["device"] == "cpu" and data["sort"] == "self_device" and data["top"] == 3
     assert data["op_count"] == len(summary) > 3

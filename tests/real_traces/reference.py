@@ -19,11 +19,11 @@ def raw_events(path: Path) -> list[dict]:
     return json.loads(gzip.decompress(Path(path).read_bytes()))["traceEvents"]
 
 
-def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
-    """Device µs per op name: each kernel/copy/memset -> the runtime call its correlation id names
-    -> the innermost cpu_op on that call's thread whose span encloses it. Where the file records
-    no launching call, the cpu_op its External id names. A kernel with neither is a row named
-    after itself. Returns (µs by name, total device µs)."""
+def reference_launches(events: list[dict]) -> list[dict]:
+    """Every kernel/copy/memset with who launched it: ``name``, ``dur`` (µs), ``runtime`` (the name of
+    the runtime call its correlation id names, or None) and ``owner`` (the innermost cpu_op on that
+    call's thread whose span encloses it; where the file records no launching call, the cpu_op its
+    External id names; None when neither gives one)."""
     def cat(e: dict) -> str:
         return (e.get("cat") or "").lower()
 
@@ -42,16 +42,13 @@ def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
     by_external = {
         (e.get("args") or {}).get("External id"): e["name"] for e in xs if cat(e) in _OP_CATS and (e.get("args") or {}).get("External id")
     }
-    out: dict[str, float] = defaultdict(float)
-    total = 0.0
+    out: list[dict] = []
     for e in xs:
         if cat(e) not in _DEVICE_CATS:
             continue
-        dur = float(e.get("dur", 0))
-        total += dur
         args = e.get("args") or {}
         r = launch.get(args.get("correlation"))
-        owner = e["name"]
+        owner = None
         if r is None and args.get("External id") in by_external:
             owner = by_external[args["External id"]]  # no launching call recorded: the only link
         if r is not None:
@@ -64,7 +61,18 @@ def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
                     owner = name
                     break
                 i -= 1
-        out[owner] += dur
+        out.append({"name": e["name"], "dur": float(e.get("dur", 0)), "owner": owner, "runtime": r["name"] if r else None})
+    return out
+
+
+def reference_attribution(events: list[dict]) -> tuple[dict[str, float], float]:
+    """Device µs per op name (:func:`reference_launches`'s owner); a kernel with no owner is a row
+    named after itself. Returns (µs by name, total device µs)."""
+    out: dict[str, float] = defaultdict(float)
+    total = 0.0
+    for k in reference_launches(events):
+        out[k["owner"] or k["name"]] += k["dur"]
+        total += k["dur"]
     return dict(out), total
 
 

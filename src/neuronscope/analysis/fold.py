@@ -23,6 +23,7 @@ Pure functions of the window results: no torch, no trace.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -132,11 +133,18 @@ def fold_summaries(parts: Sequence[Summary]) -> Summary:
         warnings=_unique([w for s in parts for w in s.warnings]),
         notes=_unique([n for s in parts for n in s.notes]),
         labels=labels,
+        device_classes=_fold_classes(parts),
     )
     limits = next((s.limits for s in parts if s.limits is not None), None)
     if limits is None and not any(r.work is not None for r in folded.rows):
         return folded
     return attach_roofline(folded, limits)  # the work adds up; the rooflines are of the sums
+
+
+def _fold_classes(parts: Sequence[Summary]) -> Any:
+    """The windows' device time by class, added (None when no window has one: saved before them)."""
+    found = [s.device_classes for s in parts if s.device_classes is not None]
+    return functools.reduce(lambda a, b: a.combine(b), found) if found else None
 
 
 def _fold_gaps(parts: Sequence[Diagnosis], top_n: int = 5) -> Gaps:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ..trace.kinds import EventKind
+from .kernel_classes import DeviceClasses, device_classes
 from .roofline import Roofline
 from .roofs import DeviceLimits
 from .work import OpWork
@@ -98,6 +99,9 @@ class Summary:
     labels: dict[str, str] = field(default_factory=dict)
     #: the device's roofs the rows' ``roofline`` is measured against (None: unknown device)
     limits: DeviceLimits | None = None
+    #: the device time by class (GEMM, attention, copy...: :mod:`.kernel_classes`), of the whole
+    #: profile (None in a region's summary, and in a summary saved before the classes existed)
+    device_classes: DeviceClasses | None = None
 
     # -- queries -----------------------------------------------------------------------
     @property
@@ -155,12 +159,14 @@ class Summary:
             "warnings": list(self.warnings),
             "labels": dict(self.labels),
             "limits": self.limits.to_dict() if self.limits is not None else None,
+            "device_classes": self.device_classes.to_dict() if self.device_classes is not None else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Summary":
         rs = data.get("region_stats")
         limits = data.get("limits")
+        classes = data.get("device_classes")
         return cls(
             rows=tuple(_row_from_dict(r) for r in data["rows"]),
             device=data.get("device", "cpu"),
@@ -171,6 +177,7 @@ class Summary:
             notes=tuple(data.get("notes", ())),
             labels=dict(data.get("labels") or {}),
             limits=DeviceLimits.from_dict(limits) if isinstance(limits, dict) else None,
+            device_classes=DeviceClasses.from_dict(classes) if isinstance(classes, dict) else None,
         )
 
     def to_json(self, **kwargs: Any) -> str:
@@ -280,7 +287,13 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None,
     labels.update(kernel_labels([r.name for r in root.rows if r.name.startswith("_Z")]))
     if labels:
         regions = {p: replace(r, labels=labels) for p, r in regions.items()}
-    summary = replace(root, regions=regions, direct_rows=_build(by_path.get(0, []), trace.device, total).rows, labels=labels)
+    summary = replace(
+        root,
+        regions=regions,
+        direct_rows=_build(by_path.get(0, []), trace.device, total).rows,
+        labels=labels,
+        device_classes=device_classes(trace, root.rows),
+    )
     if not trace.inputs:
         return summary
     from .. import _config

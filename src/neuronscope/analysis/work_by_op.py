@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .kernel_classes import outside_ops_reason
 from .work import OpCost, OpWork, call_size_class, is_modelled, no_model_reason, op_cost
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
             if found is not None:
                 rows[i] = row + (OpWork(**found),)
             else:  # device work no op launched (a graph replay, a communication kernel)
-                rows[i] = row + (OpWork(not_counted=int(row[1]), reason=no_model_reason(name)),)
+                rows[i] = row + (OpWork(not_counted=int(row[1]), reason=outside_ops_reason(name)),)
 
 
 def _empty() -> dict[str, Any]:

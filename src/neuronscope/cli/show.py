@@ -57,8 +57,14 @@ def show(path: str, top: int, sort: str, by_region: bool, roofline: bool, as_jso
         "limits": Limits | null,         # the device's roofs (docs/roofline.md)
         "roofline": {"flops_pct": float, "bytes_pct": float, "roof_pct": float,
                      "time_us": float, "coverage_pct": float,
-                     "time_at_stake_us": float} | null   # the run against its roofs
+                     "time_at_stake_us": float} | null,  # the run against its roofs
+        "device_classes": Classes | null  # device time by class (docs/concepts.md)
       }
+      Classes = {"by_class_us": {"gemm": float, "attention": float, ..., "other": float},
+                 "by_op_us": {...},        # the part classified by the op that launched it
+                 "outside_ops_us": {...},  # the part launched outside any op
+                 "graph_us": float,        # launched by a CUDA/HIP graph replay
+                 "total_us": float, "classified_pct": float}  # classes: most time first
       Op = {"name": str, "calls": int, "self_device_time_us": float,
             "device_time_us": float, "device_pct": float,   # share of the total, %
             "self_cpu_time_us": float, "cpu_time_us": float,
@@ -81,10 +87,15 @@ def show(path: str, top: int, sort: str, by_region: bool, roofline: bool, as_jso
     New keys may be added within a schema_version; existing ones keep their meaning.
     """
     src = load_source(path)
-    summary = src.summary
     if as_json:
         emit_json(show_json(src, sort, top))
         return
+    _render(src, top, sort, by_region, roofline)
+
+
+def _render(src: Any, top: int, sort: str, by_region: bool, roofline: bool) -> None:
+    """The tables on the terminal: what triggered the capture, the diagnosis, the op table."""
+    summary = src.summary
     from ..report.terminal import diagnosis_renderable, header_renderable, make_console, regions_renderable, summary_renderable
 
     from ..report.trigger_text import trigger_renderable
@@ -153,6 +164,7 @@ def show_json(src: Any, sort: str, top: int) -> dict[str, Any]:
         "memory": src.memory.to_dict() if src.memory is not None else None,
         "limits": s.limits.to_dict() if s.limits is not None else None,
         "roofline": _run_roofline_json(s),
+        "device_classes": s.device_classes.to_dict() if s.device_classes is not None else None,
     }
     if isinstance(src.manifest.get("trigger"), dict):  # captured on demand (arming, a slow call)
         data["trigger"] = src.manifest["trigger"]

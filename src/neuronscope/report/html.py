@@ -20,6 +20,9 @@ comes first. Stable hooks for tests and scripts (``<k>`` is ``a``, or ``b`` for 
   and ``data-box``, the plot area) with ``circle.roof-point`` (``data-op``) and ``line.roof-memory``
   / ``line.roof-compute`` (``data-roof``); ``table.roofline-table``, ``table.roofline-noflop``;
   ``p.roofline-unknown`` when the device's limits are not known;
+* ``svg#class-chart-<k>.class-chart`` with one ``rect.class-bar`` per class of device time
+  (``data-class``, ``data-us``, ``data-pct``) and ``table#class-table-<k>.class-table`` (a row per
+  class, ``data-class``: its time, share, the part its op classified, the part outside any op);
 * ``a.raw-file`` links; ``table.manifest``; ``svg#diff-chart`` with ``rect.diff-bar``.
 """
 
@@ -50,7 +53,8 @@ from ._assets import CSS, JS
 from .charts import LogScale, time_axis_ticks
 from .memory_html import memory_section
 from .sources import Source, as_source, run_extent
-from ..analysis.text import format_rate, format_us, roofline_footer, roofline_rows
+from ..analysis.kernel_classes import CLASS_WORDS, CLASSES, pct_text
+from ..analysis.text import classes_line, format_rate, format_us, roofline_footer, roofline_rows
 
 __all__ = ["render_html", "write_html"]
 
@@ -133,6 +137,56 @@ def _op_table(summary: Summary, key: str) -> str:
         f'<details class="all-ops"><summary>All {len(summary.rows)} ops (click a column header to sort)</summary>'
         f'<table id="op-table-{key}" class="op-table sortable"><thead>{head}</thead><tbody>{body}</tbody></table></details>'
     )
+
+
+# -- device time by class ----------------------------------------------------------------------
+
+_CLASS_H = 26  # height of the stacked bar
+
+
+def _class_colour(cls: str) -> str:
+    return "#a0aec0" if cls == "other" else _PALETTE[CLASSES.index(cls) % len(_PALETTE)] if cls in CLASSES else _colour(cls)
+
+
+def _classes(summary: Summary, key: str) -> str:
+    """The device time by class (GEMM, attention, copy...): one stacked bar, then a table saying
+    how much of each class its op classified, and how much ran outside any op."""
+    dc = summary.device_classes
+    if dc is None or dc.total_us <= 0:
+        return ""
+    x, bars = 0.0, []
+    for cls, us in dc.by_class_us.items():
+        w = _W * us / dc.total_us
+        bars.append(
+            f'<rect class="class-bar" x="{x:.2f}" y="0" width="{max(w, 0.5):.2f}" height="{_CLASS_H}" '
+            f'fill="{_class_colour(cls)}" data-class="{_e(cls)}" data-us="{us:.3f}" data-pct="{dc.share(cls):.3f}">'
+            f"<title>{_e(cls)}: {_e(pct_text(dc.share(cls)))}, {format_us(us)}</title></rect>"
+        )
+        x += w
+    chart = (
+        f'<svg id="class-chart-{key}" class="chart class-chart" viewBox="0 0 {_W} {_CLASS_H}" width="100%" '
+        f'role="img" aria-label="device time by class">{"".join(bars)}</svg>'
+    )
+    body = "".join(
+        f'<tr data-class="{_e(cls)}"><td><span class="sw" style="background:{_class_colour(cls)}"></span>{_e(cls)}</td>'
+        + "".join(
+            f'<td data-v="{v:.3f}">{t}</td>'
+            for v, t in (
+                (us, format_us(us)),
+                (dc.share(cls), pct_text(dc.share(cls))),
+                (dc.by_op_us.get(cls, 0.0), format_us(dc.by_op_us[cls]) if cls in dc.by_op_us else "-"),
+                (dc.outside_ops_us.get(cls, 0.0), format_us(dc.outside_ops_us[cls]) if cls in dc.outside_ops_us else "-"),
+            )
+        )
+        + f'<td class="text">{_e(CLASS_WORDS.get(cls, cls))}</td></tr>'
+        for cls, us in dc.by_class_us.items()
+    )
+    table = (
+        f'<table id="class-table-{key}" class="class-table sortable"><thead><tr><th>Class</th><th>Device time</th>'
+        '<th>%</th><th>By its op</th><th>Outside any op</th><th class="text">What</th></tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
+    return f'<p class="note">{_e(classes_line(summary) or "")}</p>{chart}{table}'
 
 
 # -- roofline ----------------------------------------------------------------------------------
@@ -734,7 +788,8 @@ def _run_section(source: Source, key: str, top: int, link_base: Path | None, max
         f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
         f'{_trigger(source, key)}<div class="cards">{cards}</div>{warnings}{_neuron_device(source, key)}'
         f"<h3>Why it is slow</h3>{_diagnosis(source, key)}{memory_section(source, key)}"
-        f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}{_roofline(s, key)}"
+        f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}"
+        f"{'<h3>Device time by class</h3>' + _classes(s, key) if s.device_classes is not None else ''}{_roofline(s, key)}"
         f"<h3>Regions</h3>{_regions(s, key)}"
         f"<h3>Timeline</h3>{_timeline(source, key, max_rects, bins)}"
         f"<h3>Run metadata</h3>{_manifest(source, key)}"

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.text import (
+    classes_line,
     compile_footer,
     device_cells,
     format_us,
@@ -297,6 +298,9 @@ def summary_renderable(
     if hidden > 0:
         footer.append(f"{hidden} more ops not shown (--top 0 shows all)\n", style="dim")
     footer.append(f"Self device time total: {format_us(summary.total_device_time_us)}")
+    classes = classes_line(summary, sep=" · " if _unicode_ok(console) else ", ")
+    if classes:  # GEMM, attention, copy...: what the kernels are, with or without an op
+        footer.append("\n" + classes)
     if compile_footer(summary):
         footer.append("\n" + compile_footer(summary))
     for w in summary.warnings:

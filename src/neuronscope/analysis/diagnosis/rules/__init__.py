@@ -258,7 +258,7 @@ def rule(
 def load_rules() -> dict[str, RuleSpec]:
     """Every rule registered (the modules register theirs when imported)."""
     from . import compile as _compile  # noqa: F401 - the modules register their rules
-    from . import communication, elementwise, launch, neuron, precision, roofline, sync, tidy  # noqa: F401
+    from . import classes, communication, elementwise, launch, neuron, precision, roofline, sync, tidy  # noqa: F401
 
     return SPECS
 
