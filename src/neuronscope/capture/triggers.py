@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from .. import _config, _stats, _worker
+from .. import _config, _stats, _system, _worker
 from ..errors import ConfigurationError
 from .. import _ranks
 from .._trigger import Trigger, key_for_manifest
@@ -72,6 +72,9 @@ CAPTURE_WINDOW_S = 600.0
 #: until the calls that overlapped neuronscope's workers have their own threshold (min_calls of
 #: them), they fire past this multiple of the ordinary one (module doc)
 OVERLAP_MARGIN = 2.0
+#: a calling thread that waited for a core this share of the time since the last refresh is
+#: contended: its calls are timed by their own CPU time until a refresh says otherwise
+CONTENDED_WAIT_SHARE = 0.05
 
 
 class SlowCalls:
@@ -419,6 +422,10 @@ class _TimedCalls:
         from .._worker import busy, track_gc
 
         self.busy = busy  # looked up once: observe() runs on every timed call
+        #: the calling threads wait for a core (other processes share the CPU): calls are then
+        #: timed by their own CPU time (module doc)
+        self.contended = [0]
+        self._sched: dict[int, tuple[int, int]] = {}  # thread -> (monotonic ns, run-queue wait ns) at the last refresh
         track_gc()
         mask = _REFRESH_MASK
         while mask > 7 and mask + 1 > self.trig.min_calls // 2:
@@ -431,6 +438,24 @@ class _TimedCalls:
         self.state.refresh()
         if self.state.total >= self.trig.min_calls:
             self.mask = _REFRESH_MASK_SETTLED
+        self._check_contention()
+
+    def _check_contention(self) -> None:
+        """Whether the calling thread waited for a core since the last refresh on it (Linux
+        schedstat; a few microseconds, once per refresh): under contention a call's wall time is
+        its own work plus the time other processes held the cores, and a quantile of such times
+        fires on the machine's load rather than on slow calls."""
+        tid = threading.get_native_id()
+        stat = _system._read_schedstat(tid)
+        if stat is None:
+            return
+        now = time.monotonic_ns()
+        last = self._sched.get(tid)
+        if len(self._sched) > 256:  # a pool that keeps making threads: start over
+            self._sched.clear()
+        self._sched[tid] = (now, stat[1])
+        if last is not None and now > last[0]:
+            self.contended[0] = int((stat[1] - last[1]) >= CONTENDED_WAIT_SHARE * (now - last[0]))
 
     def enabled(self) -> bool:
         return _config._settings.enabled and (self.chosen is None or _ranks.selected(self.chosen))
@@ -551,7 +576,7 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
     # A plain closure, not wrapt: a wrapt wrapper that always runs Python costs ~0.5 us a
     # call by itself, a closure ~0.08 us (bench/bench_trigger_overhead.py). The hot path
     # reads locals only; the histogram's refresh mask is the one attribute it reads.
-    state, enabled, profiled, busy = calls.state, calls.enabled, calls.profiled, calls.busy
+    state, enabled, profiled, busy, contended = calls.state, calls.enabled, calls.profiled, calls.busy, calls.contended
     counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
     busy_counts, busy_threshold = state.busy_counts, state.busy_threshold
     trivial = policy.trivial
@@ -585,11 +610,16 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
             if not timed() & calls.mask:
                 calls.refresh()
             return result
+        # other processes hold the cores: the call's own CPU time, as a quiet machine would give
+        # its wall time (module doc)
+        before = _clocks() if contended[0] else None
         t0 = now()
         result = wrapped(*args, **kwargs)
         dt = now() - t0
         if busy[0]:
             return result  # the workers started meanwhile: not measurable
+        if before is not None:
+            dt -= _lost_to_workers(dt, before)
         if dt > threshold[0]:
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
