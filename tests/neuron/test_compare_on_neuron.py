@@ -43,8 +43,8 @@ def test_every_call_is_accounted_for_and_each_timed_block_is_synchronised(result
         # warm-up, the profile's steps, one untimed call after the profiles, then per round one
         # untimed call (the other variant ran last) and the timed ones
         assert result["calls"][v["name"]] == v["warmup"]["calls"] + result["steps"] + 1 + result["rounds"] + timed
-        assert len(v["samples_s"]) == result["rounds"] >= 10
+        assert len(v["samples_s"]) == result["rounds"] * v["samples_per_round"] and result["rounds"] >= 10
     blocks = sum(len(v["samples_s"]) for v in result["variants"])
     warmups = sum(v["warmup"]["calls"] for v in result["variants"])
-    # torch.neuron.synchronize: before and after every timed block, after every warm-up call
+    # torch.neuron.synchronize: before and after every sample's block, after every warm-up call
     assert result["syncs"] >= 2 * blocks + warmups

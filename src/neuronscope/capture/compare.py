@@ -16,10 +16,10 @@ For each variant, in this order:
    run, saved where every run is (``neuronscope diff`` works on any pair);
 4. then all variants are **timed unprofiled**, after one untimed call of each (a profile
    leaves caches cold and memory to be faulted back in, which would bias whichever ran first),
-   in rounds that time each in turn (the order rotates): a sample is a block of back-to-back
-   calls lasting at least :data:`BLOCK_S`, after one untimed call of the same variant, the
-   device synchronised before and after the block; until each median's confidence interval is
-   within 1 % of it or ``max_time_s`` is spent (at least 10 rounds).
+   in rounds that give each a turn (the order rotates): one untimed call, then samples back to
+   back for :data:`TURN_S` — a sample is a block of calls lasting :data:`BLOCK_S` at least, the
+   device synchronised before and after it; until each median's confidence interval is within
+   1 % of it or ``max_time_s`` is spent (at least 10 rounds).
 
 Profiles come before the timing, each processed before the next starts, so the background
 workers are idle while the variants are profiled and timed. Nothing here raises into the caller's code once the
@@ -52,11 +52,14 @@ MIN_ROUNDS = 10
 MAX_ROUNDS = 100_000
 #: the timing stops once every median's interval is within this % of it
 PRECISION_PCT = 1.0
-#: a timed block calls the variant back to back this long at least, as a loop would (the timer's
-#: and a sync's cost vanish in it), after one untimed call: the variant timed before it left the
-#: caches and the allocator in its own state, which a compiled variant after an eager one pays for
-BLOCK_S = 0.02
+#: a sample: back-to-back calls lasting this long at least (the timer's and a sync's cost vanish)
+BLOCK_S = 0.002
 MAX_INNER = 10_000
+#: a variant's turn in a round: one untimed call — the variant timed before it left the caches and
+#: the allocator in its own state, which a compiled variant after an eager one paid 30 % for —
+#: then samples back to back for this long at least, as a loop runs it; a burst of load hits a
+#: few of them, not the median
+TURN_S = 0.02
 #: warm-up: at least this many calls; done when the last SETTLE compiled nothing and none of
 #: them took more than SETTLED_RATIO times the median of the calls since the last compilation
 MIN_WARMUP = 3
@@ -80,7 +83,8 @@ class _Variant:
     compiled_calls: list[int] = field(default_factory=list)  #: warm-up calls that compiled a Dynamo frame
     settled: bool = True
     steady_s: float = 0.0
-    inner: int = 1
+    inner: int = 1  #: calls a sample times
+    per_turn: int = 1  #: samples a turn takes, back to back
     samples: list[float] = field(default_factory=list)
     run: Run | None = None
 
@@ -330,9 +334,10 @@ def _time_all(
         return 0, 0.0
     for v in live:
         if quick:
-            v.inner = 1
+            v.inner, v.per_turn = 1, 1
         else:
             v.inner = max(1, min(MAX_INNER, math.ceil(BLOCK_S / v.steady_s))) if v.steady_s > 0 else MAX_INNER
+            v.per_turn = max(1, round(TURN_S / (v.inner * v.steady_s))) if v.steady_s > 0 else 1
     started = time.perf_counter()
     rounds = 0
     current = live[0]
@@ -344,7 +349,9 @@ def _time_all(
         while rounds < MAX_ROUNDS:
             first = rounds % len(live)
             for current in live[first:] + live[:first]:  # no variant always runs first
-                current.samples.append(_timed_block(current, sync, warm=len(live) > 1))
+                if len(live) > 1:
+                    current.call()  # untimed: another variant ran last
+                current.samples += [_timed_block(current, sync) for _ in range(current.per_turn)]
             rounds += 1
             if rounds >= MIN_ROUNDS:
                 if quick or time.perf_counter() - started >= max_time_s:
@@ -354,16 +361,13 @@ def _time_all(
     except Exception as exc:  # noqa: BLE001 - a variant that fails only now: marked, the whole rounds so far kept
         current.error = f"{type(exc).__name__}: {exc} (while timed)"
         for v in live:
-            v.samples = v.samples[:rounds]
+            v.samples = v.samples[: rounds * v.per_turn]
     return rounds, time.perf_counter() - started
 
 
-def _timed_block(v: _Variant, sync: Callable[[], None], warm: bool) -> float:
-    """Seconds per call over ``v.inner`` back-to-back calls, the device synchronised around them;
-    ``warm``: after one untimed call (another variant ran last)."""
+def _timed_block(v: _Variant, sync: Callable[[], None]) -> float:
+    """Seconds per call over ``v.inner`` back-to-back calls, the device synchronised around them."""
     call, n = v.call, v.inner
-    if warm:
-        call()
     sync()
     t0 = time.perf_counter()
     for _ in range(n):
@@ -491,6 +495,7 @@ def _result(
         step=step,
         samples=tuple(v.samples),
         calls_per_sample=v.inner,
+        samples_per_round=v.per_turn,
         speedup=ratio,
         error=v.error,
         mismatch=v.mismatch,

@@ -44,6 +44,7 @@ class VariantResult:
     step: Interval | None
     samples: tuple[float, ...]  #: the timed samples, seconds per call, in the order taken
     calls_per_sample: int  #: back-to-back calls each sample timed
+    samples_per_round: int  #: samples each turn took, back to back, after one untimed call
     #: times faster than the baseline: (ratio of the medians, low, high) — the range the two
     #: intervals allow; None for the baseline and for what was not timed
     speedup: tuple[float, float, float] | None
@@ -130,6 +131,7 @@ class VariantResult:
             "step_s": self.step.to_dict() if self.step is not None else None,
             "samples_s": list(self.samples),
             "calls_per_sample": self.calls_per_sample,
+            "samples_per_round": self.samples_per_round,
             "speedup": dict(zip(("point", "low", "high"), self.speedup)) if self.speedup is not None else None,
             "error": self.error,
             "mismatch": self.mismatch,
@@ -297,10 +299,11 @@ class Comparison:
 
     def footer(self) -> list[str]:
         """How each column was measured, the work and roofs, and what went wrong."""
-        per_sample = ", ".join(f"{v.name} {v.calls_per_sample}" for v in self.variants if v.step is not None)
+        turns = ", ".join(f"{v.name} {v.samples_per_round}x{v.calls_per_sample}" for v in self.variants if v.step is not None)
         lines = [
             f"step time: unprofiled, the device synchronised around each sample; {self.rounds} rounds in "
-            f"{self.timing_s:.1f}s, calls per sample: {per_sample or '-'}; interval: order statistics of the median",
+            f"{self.timing_s:.1f}s, each variant's turn an untimed call then samples x calls: {turns or '-'}; "
+            "interval: order statistics of the median",
             "speed-up: baseline median / variant median, [range the two intervals allow]; no significant difference "
             "when the intervals overlap",
             "compile: the warm-up calls' time beyond a steady call (first call, and any that compiled)",
