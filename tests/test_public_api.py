@@ -1,6 +1,7 @@
 import neuronscope
 
 EXPECTED = {
+    "Comparison",
     "Explanation",
     "RankComparison",
     "RunResult",
@@ -30,6 +31,7 @@ EXPECTED = {
     "Trace",
     "TraceLoadError",
     "__version__",
+    "compare",
     "compare_ranks",
     "configure",
     "diagnose",

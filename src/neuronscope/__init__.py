@@ -21,6 +21,8 @@ from ._version import __version__
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from ._run import Run, RunStatus
     from .analysis.diff import Explanation
+    from .capture.compare import compare
+    from .report.comparison import Comparison
     from .analysis.ranks import RankComparison
     from .result import Coverage, RunResult
     from .capture.budget import Windows
@@ -58,6 +60,7 @@ _LAZY = {
     "arm": ".capture.arming",
     "disarm": ".capture.arming",
     "ConfigurationError": ".errors",
+    "Comparison": ".report.comparison",
     "Coverage": ".result",
     "DeviceUnavailableError": ".errors",
     "Diagnosis": ".analysis.diagnosis",
@@ -80,6 +83,7 @@ _LAZY = {
     "Trace": ".trace.model",
     "TraceLoadError": ".errors",
     "Windows": ".capture.budget",
+    "compare": ".capture.compare",
     "compare_ranks": ".api",
     "configure": ".api",
     "diagnose": ".api",

@@ -22,39 +22,82 @@ def cache_dir() -> str:
     return os.environ.get("NEURONSCOPE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "neuronscope")
 
 
-def test_rmsnorm_example_prints_three_summaries_and_a_comparison(tmp_path):
+_UNITS_US = {"s": 1e6, "ms": 1e3, "us": 1.0}
+
+
+def _us(text: str) -> float:
+    """``12.345ms`` -> 12345.0 (format_us's units)."""
+    m = re.fullmatch(r"([\d.]+)(s|ms|us)", text)
+    assert m, text
+    return float(m.group(1)) * _UNITS_US[m.group(2)]
+
+
+def _memory_roof(limits: dict, nbytes: float) -> tuple[str, float]:
+    """The roof a call moving ``nbytes`` is held to, from summary.json's limits: the fastest cache
+    that holds them at half its size, its bandwidth never below a slower level's; else DRAM."""
+    levels = limits.get("cache_levels") or []
+    for i, (name, size, _) in enumerate(levels):
+        if nbytes <= 0.5 * size:
+            return name, max([bw for _, _, bw in levels[i:]] + [limits["memory_bandwidth"]])
+    return ("DRAM" if levels else ""), limits["memory_bandwidth"]
+
+
+def test_rmsnorm_example_prints_the_comparison_from_ns_compare(tmp_path):
+    runs = tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "rmsnorm.py"), "--steps", "3", "--batch", "2", "--seq", "8",
-         "--hidden", "256", "--output-dir", str(tmp_path)],
+         "--hidden", "256", "--max-time", "1", "--output-dir", str(runs), "--html", str(tmp_path / "compare.html")],
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    for variant in ("naive", "torch.rms_norm", "torch.compile(naive)"):
-        assert f"=== {variant} (3 steps" in out
-    assert "=== comparison ===" in out
-    comparison = out.split("=== comparison ===")[1]
-    assert all(v in comparison for v in ("naive", "torch.rms_norm", "torch.compile(naive)"))
-    naive_table = out.split("=== naive")[1].split("\n===")[0]
-    assert any(line.startswith("aten::mul ") and line.split()[1] == "6" for line in naive_table.splitlines())
-    assert len(list(tmp_path.iterdir())) == 3
-    # where each variant stands against this machine's measured roofs: the RMSNorm's compulsory
-    # bytes (x read, y written, the weight read) / its step time, as a share of the bandwidth
-    roof = out.split("=== roofline: ")[1]
-    needed = 2 * (2 * 8 * 256 * 4) + 256 * 4
-    assert f"moves at least {needed / 2**20:.1f} MiB a step" in roof
-    # the file the measured roofs were read from (none when they were measured under load: not cached)
-    cached = roof.split("cached ")[1].split(" ===")[0] if "; cached " in roof.splitlines()[0] else None
-    bandwidth = json.loads((Path(cache_dir()) / cached).read_text())["memory_bandwidth"] if cached else None
-    for variant in ("naive", "torch.rms_norm", "torch.compile(naive)"):
-        line = next(ln for ln in roof.splitlines() if ln.startswith(variant + " "))
-        step_ms, gbs, pct = float(line.split()[-4].removesuffix("ms")), float(line.split()[-3]), float(line.split()[-2].removesuffix("%"))
-        # printed to 0.1 (GB/s, %) from a step time printed to 1 us
-        assert gbs == pytest.approx(needed / step_ms / 1e6, rel=0.02, abs=0.051)
-        if bandwidth is not None:
-            assert pct == pytest.approx(100 * needed / bandwidth * 1e3 / step_ms, rel=0.02, abs=0.051)
-    naive_ops = roof.split("naive, op by op:")[1]
+    assert "=== 3 RMSNorms of x=(2, 8, 256) ===" in out
+    assert "ns.compare: 3 variants on cpu, baseline naive" in out
+    # the table: one line per variant, columns two spaces or more apart
+    lines = out.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("variant "))
+    rows = {}
+    for ln in lines[header + 2 : header + 5]:
+        cells = re.split(r"\s{2,}", ln.strip())
+        rows[cells[0]] = dict(zip(("step", "interval", "speedup", "compile", "device", "roof", "top", "verdict"), cells[1:]))
+    assert set(rows) == {"naive", "torch.rms_norm", "torch.compile(naive)"}, lines[header : header + 6]
+    assert rows["naive"]["verdict"] == "baseline" and rows["naive"]["speedup"] == "1 (baseline)"
+    assert rows["torch.compile(naive)"]["compile"].endswith("(Dynamo)")
+    # every profile is an ordinary run directory; its summary.json gives device time and top op
+    dirs = {json.loads((d / "manifest.json").read_text())["name"]: d for d in runs.iterdir()}
+    assert set(dirs) == set(rows)
+    summaries = {name: json.loads((d / "summary.json").read_text()) for name, d in dirs.items()}
+    needed = 2 * (2 * 8 * 256 * 4) + 256 * 4  # x read, y written, the weight read: the RMSNorm's own bytes
+    level, bandwidth = _memory_roof(summaries["naive"]["limits"], needed)
+    base_step_us = _us(rows["naive"]["step"])
+    for name, row in rows.items():
+        s = summaries[name]
+        assert _us(row["device"]) == pytest.approx(sum(r["self_device_time_us"] for r in s["rows"]) / 3, rel=2e-3, abs=2e-3)
+        top = max((r for r in s["rows"] if not r.get("compile")), key=lambda r: r["self_device_time_us"])
+        label = (s.get("labels") or {}).get(top["name"], top["name"])  # compiled graphs are shown by their label
+        assert row["top"].startswith(label[:33]) and row["top"].endswith(f" {top['device_pct']:.0f}%"), (row, label)
+        step_us = _us(row["step"])
+        pct, where = row["roof"].split()
+        assert where == level and float(pct.removesuffix("%")) == pytest.approx(100 * needed / bandwidth / (step_us * 1e-6), rel=0.01, abs=0.051)
+        if name != "naive":  # the speed-up: the medians' ratio (each printed to 4 digits or more)
+            assert float(row["speedup"].split("x")[0]) == pytest.approx(base_step_us / step_us, rel=0.01, abs=0.006)
+            assert row["verdict"] in ("no significant difference", "wrong result") or row["verdict"].endswith(("faster", "slower"))
+            assert row["verdict"] != "wrong result"  # all three compute the same RMSNorm
+            assert f"naive -> {name}, per profiled step:  (neuronscope diff {dirs['naive']} {dirs[name]})" in out
+    # the ops only one profile ran, as summary.json lists them (compiled graphs by their label)
+    gone_line = next(ln for ln in out.split("naive -> torch.compile(naive)")[1].splitlines() if "ops gone: " in ln)
+    gone, new = gone_line.split("ops gone: ")[1].split("; new: ")
+    names = {k: {r["name"] for r in summaries[k]["rows"]} for k in ("naive", "torch.compile(naive)")}
+    labels = summaries["torch.compile(naive)"].get("labels") or {}
+    only_new = {labels.get(n, n)[:47] for n in names["torch.compile(naive)"] - names["naive"]}
+    listed = gone.split(" (+")[0].split(", ")
+    more = int(gone.split(" (+")[1].split()[0]) if " (+" in gone else 0
+    assert set(listed) <= names["naive"] - names["torch.compile(naive)"]
+    assert len(listed) + more == len(names["naive"] - names["torch.compile(naive)"])
+    assert {n.removesuffix("…") for n in new.split(" (+")[0].split(", ")} <= {n.removesuffix("…") for n in only_new} | only_new
+    naive_ops = out.split("=== naive, op by op ===")[1]
     assert "aten::mul" in naive_ops and "memory fp32" in naive_ops
+    assert 'data-report="comparison"' in (tmp_path / "compare.html").read_text()
 
 
 def test_training_step_example_makes_one_run_per_active_window(tmp_path):
@@ -219,7 +262,7 @@ def test_inference_service_request_and_profile_spans_form_one_trace_in_phoenix(t
 
 # Every example, with small arguments: run directly and under `neuronscope run`.
 EXAMPLE_ARGS = {
-    "rmsnorm.py": ["--steps", "3", "--batch", "2", "--seq", "8", "--hidden", "256"],
+    "rmsnorm.py": ["--steps", "3", "--batch", "2", "--seq", "8", "--hidden", "256", "--max-time", "1"],
     "training_step.py": ["--steps", "12"],
     "inference_service.py": ["--self-test", "6", "--sample", "0.5"],
 }
@@ -236,6 +279,11 @@ def test_example_runs_directly_and_under_neuronscope_run(example, how, tmp_path)
     args = EXAMPLE_ARGS[example]
     if example == "rmsnorm.py" or example == "training_step.py":
         args = [*args, "--output-dir", str(tmp_path / "runs")]
+    if example == "rmsnorm.py" and how == "neuronscope run":
+        # torch.compile inside `neuronscope run` crashes the interpreter at random (a GC segfault on
+        # the output worker after windows of a compiled loop; reproduced with a plain compiled loop,
+        # no ns.compare): the compiled variant is exercised by the direct run and its own test
+        args = [*args, "--no-compile"]
     cmd = [sys.executable, script, *args]
     if how == "neuronscope run":
         cmd = [sys.executable, "-m", "neuronscope", "run", "--output-dir", str(tmp_path / "outer"), script, *args]

@@ -768,7 +768,10 @@ def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:
 # -- page --------------------------------------------------------------------------------------
 
 
-def _run_section(source: Source, key: str, top: int, link_base: Path | None, max_rects: int, bins: int) -> str:
+def _run_section(
+    source: Source, key: str, top: int, link_base: Path | None, max_rects: int, bins: int, heading: str | None = None
+) -> str:
+    """One profile's section; ``heading`` replaces ``A: label`` / ``B: label`` (a comparison's variants)."""
     s = source.summary
     m = source.manifest
     wall = format_us((int(m["end_ns"]) - int(m["start_ns"])) / 1e3) if m.get("start_ns") and m.get("end_ns") else "-"
@@ -785,7 +788,7 @@ def _run_section(source: Source, key: str, top: int, link_base: Path | None, max
     warnings = "".join(f'<p class="warning">{_e(w)}</p>' for w in s.warnings)
     warnings += "".join(f'<p class="note run-note">{_e(n)}</p>' for n in s.notes)
     return (
-        f'<section id="run-{key}" class="run" data-run="{key}"><h2>{"A: " if key == "a" else "B: "}{_e(source.label)}</h2>'
+        f'<section id="run-{key}" class="run" data-run="{key}"><h2>{_e(heading if heading is not None else ("A: " if key == "a" else "B: ") + source.label)}</h2>'
         f'{_trigger(source, key)}<div class="cards">{cards}</div>{warnings}{_neuron_device(source, key)}'
         f"<h3>Why it is slow</h3>{_diagnosis(source, key)}{memory_section(source, key)}"
         f"<h3>Self device time per op</h3>{_op_chart(s, key, top)}{_op_table(s, key)}"
