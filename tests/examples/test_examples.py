@@ -279,11 +279,6 @@ def test_example_runs_directly_and_under_neuronscope_run(example, how, tmp_path)
     args = EXAMPLE_ARGS[example]
     if example == "rmsnorm.py" or example == "training_step.py":
         args = [*args, "--output-dir", str(tmp_path / "runs")]
-    if example == "rmsnorm.py" and how == "neuronscope run":
-        # torch.compile inside `neuronscope run` crashes the interpreter at random (a GC segfault on
-        # the output worker after windows of a compiled loop; reproduced with a plain compiled loop,
-        # no ns.compare): the compiled variant is exercised by the direct run and its own test
-        args = [*args, "--no-compile"]
     cmd = [sys.executable, script, *args]
     if how == "neuronscope run":
         cmd = [sys.executable, "-m", "neuronscope", "run", "--output-dir", str(tmp_path / "outer"), script, *args]
