@@ -37,6 +37,7 @@ import threading
 import time
 from array import array
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from .. import _stats, _system, _worker
@@ -475,6 +476,44 @@ def safe_to_stop(frame: Any) -> bool:
     return True
 
 
+def when_safe(frame: Any, act: Callable[[str], None], action: str) -> bool:
+    """Call ``act(action)`` on this thread as soon as it leaves the torch code that holds a
+    ``record_function`` open around ``frame`` (the return of the outermost such frame, caught
+    with a trace function for that one return). False where another tracer (a debugger, coverage)
+    owns this thread's trace hook: the caller then leaves the action to the watchdog."""
+    outermost = None
+    f = frame
+    while f is not None:
+        if (f.f_globals.get("__name__", "") or "").startswith(_OPEN_RECORD_FUNCTION):
+            outermost = f
+        f = f.f_back
+    if outermost is None:
+        act(action)
+        return True
+    if sys.gettrace() is not None:
+        return False
+
+    def on_return(f: Any, event: str, arg: Any) -> Any:
+        if event != "return":
+            return on_return
+        sys.settrace(None)
+        f.f_trace = None
+        try:
+            act(action)
+        except Exception as exc:  # noqa: BLE001 - never into the user's code
+            _stats.contain("the recording budget", exc)
+        return None
+
+    outermost.f_trace_lines = False
+    outermost.f_trace = on_return
+    sys.settrace(_no_new_frames)  # the hook that lets one frame's f_trace fire; no other frame traced
+    return True
+
+
+def _no_new_frames(frame: Any, event: str, arg: Any) -> None:
+    return None
+
+
 def _thread_at_safe_point(thread: int) -> bool:
     """For a stop from another thread (a session recording every thread): whether ``thread`` is
     at a safe point now (a snapshot: the window is then acted on at once, else at a later poll)."""
@@ -533,8 +572,10 @@ def on_step(source: str = "ns.step") -> None:
                 continue
             if source == "optimizer" and action != "resume":
                 # the step hook runs inside the optimizer's record_function: stopping now would
-                # close it under torch's feet -- the watchdog acts at the next safe point
-                rec.deferred = action
+                # close it under torch's feet -- act as the optimizer's step returns (else the
+                # watchdog acts at its next poll)
+                if not when_safe(sys._getframe(), capture.limit_action, action):
+                    rec.deferred = action
                 continue
             capture.limit_action(action)
         except Exception as exc:  # noqa: BLE001
