@@ -35,6 +35,9 @@ from ..trace.kinds import EventKind
 from .kernel_classes import DeviceClasses, device_classes
 from .roofline import Roofline
 from .roofs import DeviceLimits
+from .text import roofline_table as roofline_text
+from .text import summary_table
+from .units import format_us
 from .work import OpWork
 
 if TYPE_CHECKING:
@@ -189,8 +192,6 @@ class Summary:
 
     # -- display -------------------------------------------------------------------------
     def table(self, limit: int | None = 20) -> str:
-        from .text import summary_table
-
         return summary_table(self, limit=limit)
 
     def __str__(self) -> str:
@@ -199,13 +200,9 @@ class Summary:
     def roofline_table(self, limit: int | None = 20) -> str:
         """Each op against the device's roofs (``record_shapes=True``): achieved FLOP/s or bytes/s,
         arithmetic intensity, bound, % of the roof, the time at the roof and the time above it."""
-        from .text import roofline_table
-
-        return roofline_table(self, limit=limit)
+        return roofline_text(self, limit=limit)
 
     def __repr__(self) -> str:
-        from .text import format_us
-
         region = f" region={self.region_stats.path!r}" if self.region_stats is not None else ""
         return (
             f"<neuronscope.Summary device={self.device!r}{region} ops={len(self.rows)} "

@@ -54,7 +54,8 @@ from .charts import LogScale, time_axis_ticks
 from .memory_html import memory_section
 from .sources import Source, as_source, run_extent
 from ..analysis.kernel_classes import CLASS_WORDS, CLASSES, pct_text
-from ..analysis.text import classes_line, format_rate, format_us, roofline_footer, roofline_rows
+from ..analysis.text import classes_line, roofline_footer, roofline_rows
+from ..analysis.units import format_rate, format_us
 
 __all__ = ["render_html", "write_html"]
 

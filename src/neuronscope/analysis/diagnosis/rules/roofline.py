@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ...roofline import AT_LIMIT_PCT
-from ...text import format_amount, format_rate, format_us
+from ...units import format_amount, format_rate, format_us
 from . import Context, MessageContext, rule
 
 #: at most this many ops get a finding of their own (the rest are in the roofline table)
