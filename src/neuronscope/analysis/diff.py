@@ -696,7 +696,7 @@ def _communication_side(d: Any, divisor: float = 1.0) -> dict[str, Any] | None:
 def _communication_line(comm: dict[str, Any], per: str = "") -> str:
     """``communication: exposed 55.3ms -> 12.1ms (-43.200 ms), collectives 71.5ms -> 70.0ms,
     overlapped 23% -> 83%; all_reduce 47.1ms -> 46.0ms`` (``per``: ``per step``, said after ``communication``)"""
-    empty = {"collective_us": 0.0, "exposed_us": 0.0, "overlap_pct": 0.0, "by_kind": {}}
+    empty: dict[str, Any] = {"collective_us": 0.0, "exposed_us": 0.0, "overlap_pct": 0.0, "by_kind": {}}
     a, b = comm.get("a") or empty, comm.get("b") or empty
     kinds = sorted(set(a["by_kind"]) | set(b["by_kind"]), key=lambda k: -abs(b["by_kind"].get(k, 0.0) - a["by_kind"].get(k, 0.0)))
     per_kind = ", ".join(f"{k} {format_us(a['by_kind'].get(k, 0.0))} -> {format_us(b['by_kind'].get(k, 0.0))}" for k in kinds[:3])
@@ -719,8 +719,8 @@ def explain_diff(a: Summary, b: Summary, diag_a: Any, diag_b: Any, *, normalised
     :class:`Explanation`), each side divided by its divisor in ``normalised`` (default: totals)."""
     n = normalised or Normalisation()
 
-    def parts(summary: Summary, d: Any, divisor: float) -> dict[tuple[str, str], float]:
-        out: dict[tuple[str, str], float] = {}
+    def parts(summary: Summary, d: Any, divisor: float) -> dict[tuple[Literal["op", "idle"], str], float]:
+        out: dict[tuple[Literal["op", "idle"], str], float] = {}
         total = summary.total_device_time_us
         for r in summary.rows:
             if total > 0 and r.self_device_time_us:

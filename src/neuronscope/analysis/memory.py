@@ -17,6 +17,7 @@ Input: the trace model (ops, regions, python frames) and the allocator records
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -183,7 +184,7 @@ def _primary_device(trace: Trace, records: MemoryRecords) -> tuple[str, MemoryRe
     )
 
 
-def _user_frames(names: list[str], py_name_ids: np.ndarray) -> dict[int, str]:
+def _user_frames(names: Sequence[str], py_name_ids: np.ndarray) -> dict[int, str]:
     """``file.py:12 (func)`` of the Python frames among ``py_name_ids`` that are user code."""
     from .diagnosis.categories import user_frame
 

@@ -147,7 +147,8 @@ def _breakdown(
 
     def outside(us_: np.ndarray, ue: np.ndarray) -> np.ndarray:
         inter_s, inter_e = _intersect(us_, ue, cs, ce)
-        return overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
+        remaining: np.ndarray = overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
+        return remaining
 
     out = {
         "collective_us": overlap_with(starts, ends, cs, ce),

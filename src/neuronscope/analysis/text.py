@@ -12,31 +12,45 @@ from typing import Any, Protocol
 
 from .kernel_classes import pct_text
 from .roofline import run_roofline
-from .units import device_label, format_amount, format_rate, format_us
+from .units import device_heading, format_amount, format_rate, format_us
 
 
 class OpStats(Protocol):
-    """What a table reads of a row (analysis.summary.OpStats)."""
+    """What a table reads of a row (analysis.summary.OpStats); read-only, as the frozen rows are."""
 
-    name: str
-    calls: int
-    device_time_us: float
-    self_device_time_us: float
-    device_pct: float
-    cpu_time_us: float
-    self_cpu_time_us: float
-    compile: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def device_time_us(self) -> float: ...
+    @property
+    def self_device_time_us(self) -> float: ...
+    @property
+    def device_pct(self) -> float: ...
+    @property
+    def cpu_time_us(self) -> float: ...
+    @property
+    def self_cpu_time_us(self) -> float: ...
+    @property
+    def compile(self) -> bool: ...
 
 
 class Summary(Protocol):
-    """What a table reads of a summary (analysis.summary.Summary)."""
+    """What a table reads of a summary (analysis.summary.Summary); read-only."""
 
-    device: str
-    rows: Sequence[OpStats]
-    total_device_time_us: float
-    compile_time_us: float
-    warnings: Sequence[str]
-    notes: Sequence[str]
+    @property
+    def device(self) -> str: ...
+    @property
+    def rows(self) -> Sequence[OpStats]: ...
+    @property
+    def total_device_time_us(self) -> float: ...
+    @property
+    def compile_time_us(self) -> float: ...
+    @property
+    def warnings(self) -> Sequence[str]: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
 
     def label(self, name: str) -> str: ...
 
@@ -129,7 +143,7 @@ def summary_table(summary: "Summary", limit: int | None = 20, max_name: int = 48
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     rule = "  ".join("-" * w for w in widths)
-    out = [f"device: {device_label(summary.device)}", rule, line(header), rule]
+    out = [f"device: {device_heading(summary.device)}", rule, line(header), rule]
     out += [line(b) for b in body[: len(ops)]]
     if comp:
         out.append(rule)

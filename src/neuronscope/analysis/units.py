@@ -8,10 +8,10 @@ renderers (analysis/text.py) or closing an import circle through them.
 
 from __future__ import annotations
 
-__all__ = ["DEVICE_LABEL", "device_label", "format_amount", "format_rate", "format_us", "size_text"]
+__all__ = ["DEVICE_HEADING", "device_heading", "format_amount", "format_rate", "format_us", "size_text"]
 
 #: the device line of every table: the device, and what its "device time" column measures
-DEVICE_LABEL = {
+DEVICE_HEADING = {
     "cpu": "cpu (no accelerator: device time = CPU op time)",
     "cuda": "cuda (device time = GPU kernel time)",
     "rocm": "rocm (device time = GPU kernel time)",
@@ -19,9 +19,9 @@ DEVICE_LABEL = {
 }
 
 
-def device_label(device: str) -> str:
+def device_heading(device: str) -> str:
     """``"cuda"`` -> ``"cuda (device time = GPU kernel time)"``; an unknown device as it is."""
-    return DEVICE_LABEL.get(device, device)
+    return DEVICE_HEADING.get(device, device)
 
 
 def format_us(us: float) -> str:

@@ -33,7 +33,7 @@ from ..analysis.text import (
     roofline_rows,
     split_compile_rows,
 )
-from ..analysis.units import device_label, format_us
+from ..analysis.units import device_heading, format_us
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ def header_renderable(source: Source) -> Text:
     s = source.summary
     text = Text()
     text.append(source.label, style="bold")
-    text.append(f"  {device_label(s.device)}\n", style="dim")
+    text.append(f"  {device_heading(s.device)}\n", style="dim")
     text.append(f"self device time {format_us(s.total_device_time_us)}", style="bold")
     text.append(f" in {len(s)} ops")
     if s.compile_time_us > 0:
