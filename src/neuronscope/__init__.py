@@ -18,39 +18,44 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from ._run import Run, RunStatus
-    from .analysis.diff import Explanation
-    from .capture.compare import compare
-    from .report.comparison import Comparison
-    from .analysis.ranks import RankComparison
-    from .result import Coverage, RunResult
-    from .capture.budget import Windows
-    from ._stats import stats
-    from .analysis.diagnosis import Diagnosis, Finding
-    from .analysis.summary import OpStats, RegionStats, Summary, summarize
-    from .analysis.memory_model import MemoryReport
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs (``X as X``: an explicit re-export)
+    from ._run import Run as Run, RunStatus as RunStatus
+    from .analysis.diff import Explanation as Explanation
+    from .capture.compare import compare as compare
+    from .report.comparison import Comparison as Comparison
+    from .analysis.ranks import RankComparison as RankComparison
+    from .result import Coverage as Coverage, RunResult as RunResult
+    from .capture.budget import Windows as Windows
+    from ._stats import stats as stats
+    from .analysis.diagnosis import Diagnosis as Diagnosis, Finding as Finding
+    from .analysis.summary import OpStats as OpStats, RegionStats as RegionStats, Summary as Summary, summarize as summarize
+    from .analysis.memory_model import MemoryReport as MemoryReport
     from .api import (
-        compare_ranks,
-        configure,
-        diagnose,
-        diagnose_memory,
-        export_run,
-        flush,
-        last_run,
-        load_run,
-        load_trace,
-        load_traces,
+        compare_ranks as compare_ranks,
+        configure as configure,
+        diagnose as diagnose,
+        diagnose_memory as diagnose_memory,
+        export_run as export_run,
+        flush as flush,
+        last_run as last_run,
+        load_run as load_run,
+        load_trace as load_trace,
+        load_traces as load_traces,
     )
-    from .capture.arming import ArmRequest, arm, disarm
-    from .capture.devices.neuron import NeuronOptions
-    from .capture.profile import ProfileNeuron, profile_neuron
-    from .capture.region import Region, region
-    from .capture.steps import step
-    from ._trigger import Trigger
-    from .capture.triggers import SlowCalls
-    from .errors import ConfigurationError, DeviceUnavailableError, NeuronscopeError, TraceLoadError
-    from .trace.model import Event, EventKind, Trace
+    from .capture.arming import ArmRequest as ArmRequest, arm as arm, disarm as disarm
+    from .capture.devices.neuron import NeuronOptions as NeuronOptions
+    from .capture.profile import ProfileNeuron as ProfileNeuron, profile_neuron as profile_neuron
+    from .capture.region import Region as Region, region as region
+    from .capture.steps import step as step
+    from ._trigger import Trigger as Trigger
+    from .capture.triggers import SlowCalls as SlowCalls
+    from .errors import (
+        ConfigurationError as ConfigurationError,
+        DeviceUnavailableError as DeviceUnavailableError,
+        NeuronscopeError as NeuronscopeError,
+        TraceLoadError as TraceLoadError,
+    )
+    from .trace.model import Event as Event, EventKind as EventKind, Trace as Trace
 
 # public name -> module that defines it
 _LAZY = {

@@ -307,7 +307,8 @@ def diagnose_memory(source: ProfileSource) -> MemoryReport:
 
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load a saved run directory as a completed :class:`Run`."""
-    return _load_run(path)
+    run: Run = _load_run(path)
+    return run
 
 
 def compare_ranks(

@@ -97,7 +97,7 @@ def parse_page(path: Path) -> PageBlocks:
                 raise DocBlockError(f"{page}:{start + 1}: code fence never closed")
             i += 1
             if lang in _PYTHON:
-                code = textwrap.dedent("\n".join(l[len(indent):] if l.startswith(indent) else l for l in body))
+                code = textwrap.dedent("\n".join(line[len(indent) :] if line.startswith(indent) else line for line in body))
                 out.blocks.append(Block(page, start + 1, code + "\n", pending[1] if pending else None))
             elif pending is not None:
                 raise DocBlockError(f"{page}:{pending[0] + 1}: not-run marker before a {lang or 'plain'} block, not a python one")

@@ -7,7 +7,7 @@ from collections import Counter
 import _doc_blocks
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # pytest passes all three by name
     results = _doc_blocks.RESULTS
     if not results:
         return

@@ -13,7 +13,8 @@ from IPython.core.formatters import DisplayFormatter
 
 import neuronscope as ns
 from neuronscope.analysis.diagnosis.model import finding_line
-from neuronscope.analysis.text import device_cells, format_us
+from neuronscope.analysis.text import device_cells
+from neuronscope.analysis.units import format_us
 
 from ._html import read, table, text
 from ._workload import STEPS

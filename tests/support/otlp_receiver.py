@@ -418,7 +418,7 @@ def _start_http(rx: OtlpReceiver) -> ThreadingHTTPServer:
                 elif encoding == "deflate":
                     body = zlib.decompress(body)
                 outcome = rx._handle(signal, body, dict(self.headers.items()))
-            except Exception as e:  # undecodable: "Bad Data" -> 400, not retryable
+            except Exception as e:  # noqa: BLE001 - undecodable: "Bad Data" -> 400, not retryable
                 return self._reply(400, _status_body(3, f"bad OTLP request: {e}"))
             try:
                 if outcome == "ok":

@@ -135,7 +135,7 @@ def _scope(path: str, first_line: int, func: str) -> ast.AST | None:
 
 
 # scopes that run as frames of their own (comprehensions stopped being frames in 3.12)
-_INNER_SCOPES: tuple[type, ...] = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef) + (
+_INNER_SCOPES: tuple[type[ast.stmt | ast.expr], ...] = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef) + (
     (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp) if sys.version_info < (3, 12) else ()
 )
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 from .summary import OpStats, Summary
+from .units import format_us
 
 __all__ = [
     "DIFF_OP_COLUMNS",
@@ -290,8 +291,6 @@ def pct_text(p: float | None, presence: str = "both") -> str:
 
 def signed_us(us: float) -> str:
     """A difference in time as the tables show it: ``+1.2ms``, ``-300us``, ``±0us``."""
-    from .text import format_us
-
     return ("+" if us > 0 else "-" if us < 0 else "±") + format_us(abs(us))
 
 
@@ -323,8 +322,6 @@ def _count(x: float) -> str:
 
 
 def _us(x: float) -> str:
-    from .text import format_us
-
     return format_us(x)
 
 
@@ -402,8 +399,6 @@ class Regression:
     basis: Basis = "total"
 
     def describe(self) -> str:
-        from .text import format_us
-
         growth = "new in B" if self.pct is None else f"{self.pct:+.1f}%"
         per = f" {_BASIS_LABEL[self.basis]}" if self.basis != "total" else ""
         return f"{self.name}{per}: {format_us(self.a_us)} -> {format_us(self.b_us)} ({growth})"
@@ -471,8 +466,6 @@ class SummaryDiff:
     def headline(self) -> str:
         """The one line that says what changed: the median step change when both runs have
         steps (what the user waits for), else the self device time in the diff's basis."""
-        from .text import format_us
-
         steps = self.normalised.p50_step_us
         if steps is None:
             return self.device_time_line()
@@ -486,8 +479,6 @@ class SummaryDiff:
     def device_time_line(self) -> str:
         """``self device time per recorded step 5.685ms -> 1.261ms  -77.8%  (-4.424ms)``, and
         when the median step moved the other way, says so."""
-        from .text import format_us
-
         t = self.total
         n = self.normalised
         what = "self device time" + (f" {n.figures_label}" if n.figures_label else "")
@@ -641,7 +632,6 @@ class Explanation:
 
     def lines(self, top: int = 8, labels: dict[str, str] | None = None) -> list[str]:
         from .names import display_name
-        from .text import format_us
 
         n = self.normalised
         unit = f" ms{n.unit}"
@@ -666,8 +656,6 @@ class Explanation:
     def _first_line(self) -> str:
         """``B is 1.2ms faster than A per recorded step (-9.1%): 13.1ms -> 11.9ms`` (per recorded
         second, the recorded time is 1 s on both sides: the line says how it was spent)."""
-        from .text import format_us
-
         n = self.normalised
         if n.basis == "per_recorded_second":
             busy = [sum(getattr(c, side) for c in self.contributions if c.kind == "op") for side in ("a_us", "b_us")]
@@ -708,9 +696,7 @@ def _communication_side(d: Any, divisor: float = 1.0) -> dict[str, Any] | None:
 def _communication_line(comm: dict[str, Any], per: str = "") -> str:
     """``communication: exposed 55.3ms -> 12.1ms (-43.200 ms), collectives 71.5ms -> 70.0ms,
     overlapped 23% -> 83%; all_reduce 47.1ms -> 46.0ms`` (``per``: ``per step``, said after ``communication``)"""
-    from .text import format_us
-
-    empty = {"collective_us": 0.0, "exposed_us": 0.0, "overlap_pct": 0.0, "by_kind": {}}
+    empty: dict[str, Any] = {"collective_us": 0.0, "exposed_us": 0.0, "overlap_pct": 0.0, "by_kind": {}}
     a, b = comm.get("a") or empty, comm.get("b") or empty
     kinds = sorted(set(a["by_kind"]) | set(b["by_kind"]), key=lambda k: -abs(b["by_kind"].get(k, 0.0) - a["by_kind"].get(k, 0.0)))
     per_kind = ", ".join(f"{k} {format_us(a['by_kind'].get(k, 0.0))} -> {format_us(b['by_kind'].get(k, 0.0))}" for k in kinds[:3])
@@ -733,8 +719,8 @@ def explain_diff(a: Summary, b: Summary, diag_a: Any, diag_b: Any, *, normalised
     :class:`Explanation`), each side divided by its divisor in ``normalised`` (default: totals)."""
     n = normalised or Normalisation()
 
-    def parts(summary: Summary, d: Any, divisor: float) -> dict[tuple[str, str], float]:
-        out: dict[tuple[str, str], float] = {}
+    def parts(summary: Summary, d: Any, divisor: float) -> dict[tuple[Literal["op", "idle"], str], float]:
+        out: dict[tuple[Literal["op", "idle"], str], float] = {}
         total = summary.total_device_time_us
         for r in summary.rows:
             if total > 0 and r.self_device_time_us:

@@ -17,6 +17,8 @@ Input: the trace model (ops, regions, python frames) and the allocator records
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,8 +58,8 @@ def analyse_memory(
     notes: list[str] = []
     oom = _oom_facts(records, error, device)
     if n == 0:
-        report = MemoryReport(
-            device=device,
+        empty = MemoryReport(
+            device,
             peak_bytes=0,
             peak_at_ns=0,
             start_bytes=0,
@@ -67,21 +69,13 @@ def analyse_memory(
             oom=oom,
             notes=("no allocator records: was profile_memory on?",),
         )
-        return report, _oom_finding(report, [])
+        return empty, _oom_finding(empty, [])
     t, b = rec.time_ns, rec.bytes
     is_alloc = b > 0
     is_free = b < 0
 
-    # --- pair allocations and frees by address ------------------------------------------
     idx = np.arange(n, dtype=np.int64)
-    by_addr = np.lexsort((idx, rec.addr))
-    prev, cur = by_addr[:-1], by_addr[1:]
-    pair = (rec.addr[prev] == rec.addr[cur]) & is_alloc[prev] & is_free[cur]
-    free_of = np.full(n, -1, dtype=np.int64)  # alloc -> its free
-    free_of[prev[pair]] = cur[pair]
-    freed_pair = np.zeros(n, dtype=bool)
-    freed_pair[cur[pair]] = True
-    orphan_free = is_free & ~freed_pair  # allocated before the window
+    free_of, orphan_free = _pair_frees(rec, idx, is_alloc, is_free)
     pre_bytes = int(-b[orphan_free].sum())
 
     # --- allocated bytes over time --------------------------------------------------------
@@ -100,11 +94,12 @@ def analyse_memory(
     op_id, path_id, src_id, path_names, labels = _attribute(trace, rec)
 
     # --- at the peak -----------------------------------------------------------------------
-    alive = is_alloc & (idx <= k) & ((free_of < 0) | (free_of > k))
+    alive = is_alloc & (idx <= k) & ((free_of < 0) | (free_of > k))  # allocated by the peak, not yet freed
     holders = _group_holders(alive, b, op_id, path_id, src_id, labels, path_names)
-    held_before = int(-b[orphan_free & (idx > k)].sum()) if not absolute else peak - int(b[alive].sum())
+    freed_later = orphan_free & (idx > k)  # allocated before the window, freed after the peak
+    held_before = int(-b[freed_later].sum()) if not absolute else peak - int(b[alive].sum())
     if held_before > 0:
-        holders.append(MemoryHolder(BEFORE, "", None, held_before, int((orphan_free & (idx > k)).sum())))
+        holders.append(MemoryHolder(BEFORE, "", None, held_before, int(freed_later.sum())))
     holders.sort(key=lambda h: -h.bytes)
 
     # --- by op / region ---------------------------------------------------------------------
@@ -115,28 +110,9 @@ def analyse_memory(
     # --- steps --------------------------------------------------------------------------------
     if steps is None:
         steps = _find_steps(trace)
-    step_list: list[MemoryStep] = []
-    growth_per_step = None
-    steps_source = None
-    s_growth = np.zeros(0, dtype=np.int64)
-    s_start = s_end = np.zeros(0, dtype=np.int64)
-    if steps is not None and len(steps[1]):
-        steps_source, s_start, s_end = steps[0], np.asarray(steps[1], np.int64), np.asarray(steps[2], np.int64)
-        padded = np.concatenate(([start], level))
-        lo = np.searchsorted(t, s_start, side="left")
-        hi = np.searchsorted(t, s_end, side="right")
-        before, after = padded[lo], padded[hi]
-        s_growth = after - before
-        s_peak = before.copy()
-        nonempty = hi > lo
-        if nonempty.any():
-            red = np.maximum.reduceat(level, np.minimum(lo, n - 1))
-            s_peak = np.where(nonempty, np.maximum(before, red), before)
-        growth_per_step = int(np.median(s_growth))
-        keep = np.arange(s_start.size)
-        if keep.size > MAX_STEPS_SAVED:
-            keep = np.sort(np.argsort(-s_peak, kind="stable")[:MAX_STEPS_SAVED])
-        step_list = [MemoryStep(int(i), int(s_start[i]), int(s_peak[i]), int(s_growth[i])) for i in keep.tolist()]
+    per_step = _per_step(steps, t, level, start)
+    step_list, growth_per_step, steps_source = per_step.saved, per_step.growth_median, per_step.source
+    s_start, s_end, s_growth = per_step.starts, per_step.ends, per_step.growth
 
     reserved = rec.total_reserved
     peak_reserved = int(reserved.max()) if device != "cpu" and reserved.size and int(reserved.max()) > 0 else None
@@ -183,7 +159,58 @@ def _primary_device(trace: Trace, records: MemoryRecords) -> tuple[str, MemoryRe
     )
 
 
-def _user_frames(names: list[str], py_name_ids: np.ndarray) -> dict[int, str]:
+def _pair_frees(rec: MemoryRecords, idx: np.ndarray, is_alloc: np.ndarray, is_free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Allocations and frees paired by address: each allocation's free (-1: not freed in the
+    window), and the frees of memory allocated before the window."""
+    n = len(rec)
+    by_addr = np.lexsort((idx, rec.addr))
+    prev, cur = by_addr[:-1], by_addr[1:]
+    pair = (rec.addr[prev] == rec.addr[cur]) & is_alloc[prev] & is_free[cur]
+    free_of = np.full(n, -1, dtype=np.int64)  # alloc -> its free
+    free_of[prev[pair]] = cur[pair]
+    freed_pair = np.zeros(n, dtype=bool)
+    freed_pair[cur[pair]] = True
+    orphan_free = is_free & ~freed_pair  # allocated before the window
+    return free_of, orphan_free
+
+
+@dataclass(frozen=True)
+class _PerStep:
+    """Allocated bytes step by step: each step's start, end and growth (all of them), the steps
+    saved in the report (the highest peaks, in order), and the median growth."""
+
+    source: str | None
+    starts: np.ndarray
+    ends: np.ndarray
+    growth: np.ndarray
+    saved: list[MemoryStep]
+    growth_median: int | None
+
+
+def _per_step(steps: tuple[str, np.ndarray, np.ndarray] | None, t: np.ndarray, level: np.ndarray, start: int) -> _PerStep:
+    empty = np.zeros(0, dtype=np.int64)
+    if steps is None or not len(steps[1]):
+        return _PerStep(None, empty, empty, empty, [], None)
+    n = level.size
+    steps_source, s_start, s_end = steps[0], np.asarray(steps[1], np.int64), np.asarray(steps[2], np.int64)
+    padded = np.concatenate(([start], level))
+    lo = np.searchsorted(t, s_start, side="left")
+    hi = np.searchsorted(t, s_end, side="right")
+    before, after = padded[lo], padded[hi]
+    s_growth = after - before
+    s_peak = before.copy()
+    nonempty = hi > lo
+    if nonempty.any():
+        red = np.maximum.reduceat(level, np.minimum(lo, n - 1))
+        s_peak = np.where(nonempty, np.maximum(before, red), before)
+    keep = np.arange(s_start.size)
+    if keep.size > MAX_STEPS_SAVED:
+        keep = np.sort(np.argsort(-s_peak, kind="stable")[:MAX_STEPS_SAVED])
+    saved = [MemoryStep(int(i), int(s_start[i]), int(s_peak[i]), int(s_growth[i])) for i in keep.tolist()]
+    return _PerStep(steps_source, s_start, s_end, s_growth, saved, int(np.median(s_growth)))
+
+
+def _user_frames(names: Sequence[str], py_name_ids: np.ndarray) -> dict[int, str]:
     """``file.py:12 (func)`` of the Python frames among ``py_name_ids`` that are user code."""
     from .diagnosis.categories import user_frame
 

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from .text import compile_footer, device_cells, format_us, split_compile_rows
+from .text import compile_footer, device_cells, split_compile_rows
+from .units import format_us
 
 __all__ = [
     "DIAGNOSIS_TABLES",

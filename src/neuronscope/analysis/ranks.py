@@ -50,6 +50,7 @@ import numpy as np
 
 from ..errors import TraceLoadError
 from .diagnosis.communication import COLLECTIVE_KERNEL, collective_kind
+from .units import format_us
 
 __all__ = [
     "CAUSES",
@@ -146,7 +147,8 @@ def _breakdown(
 
     def outside(us_: np.ndarray, ue: np.ndarray) -> np.ndarray:
         inter_s, inter_e = _intersect(us_, ue, cs, ce)
-        return overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
+        remaining: np.ndarray = overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
+        return remaining
 
     out = {
         "collective_us": overlap_with(starts, ends, cs, ce),
@@ -267,8 +269,6 @@ class RankColumn:
 
     def text(self, row: RankRow) -> str:
         """The cell as every table shows it ("-": not known)."""
-        from .text import format_us
-
         v = self.value(row)
         if v is None or v == "":
             return "-"
@@ -392,8 +392,6 @@ class RankComparison:
         }
 
     def headline(self) -> list[str]:
-        from .text import format_us
-
         n = len(self.ranks)
         lines = [f"{self.name}: {n} ranks, {len(self.steps)} steps compared, {self.collectives} collectives matched per rank"]
         if self.straggler is not None:
@@ -432,8 +430,6 @@ class RankComparison:
 
 
 def _signed(us: float) -> str:
-    from .text import format_us
-
     return ("+" if us > 0 else "-" if us < 0 else "") + format_us(abs(us))
 
 
@@ -839,8 +835,6 @@ def _straggler(
     median_step: float,
     threshold: float,
 ) -> Straggler:
-    from .text import format_us
-
     others = [j for j in range(len(ranks)) if j != i]
     series = {
         "compute": parts["compute"],

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .roofs import DeviceLimits, size_text
+from .roofs import DeviceLimits
+from .units import size_text
 from .work import OpWork
 
 __all__ = ["ABOVE_ROOF_PCT", "AT_LIMIT_PCT", "Roofline", "RunRoofline", "attach_roofline", "roofline_of", "run_roofline"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
+from .units import format_rate, size_text
 
 __all__ = [
     "BF16_UNITS_MIN_SPEEDUP",
@@ -123,8 +124,6 @@ class DeviceLimits:
         )
 
     def line(self) -> str:
-        from .text import format_rate
-
         best = max(self.peak_flops.items(), key=lambda kv: kv[1], default=None)
         top = f"{format_rate(best[1], 'FLOP/s')} {best[0]}" if best else "no FLOP/s roof"
         fp32 = self.peak("matrix", "fp32")
@@ -151,14 +150,6 @@ def _cache_levels(value: Any) -> tuple[tuple[str, float, float], ...]:
     if not value:
         return ()
     return tuple((str(name), float(size), float(bandwidth)) for name, size, bandwidth in value)
-
-
-def size_text(nbytes: float) -> str:
-    """``32768`` -> ``32 KiB`` (a cache's size, a working set)."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if nbytes >= 1 << shift:
-            return f"{nbytes / (1 << shift):.3g} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 def _gpu(

@@ -35,12 +35,21 @@ from ..trace.kinds import EventKind
 from .kernel_classes import DeviceClasses, device_classes
 from .roofline import Roofline
 from .roofs import DeviceLimits
+from .text import roofline_table as roofline_text
+from .text import summary_table
+from .units import format_us
 from .work import OpWork
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..trace.model import Trace
 
 __all__ = ["OpStats", "RegionStats", "Summary", "summarize"]
+
+#: one aggregated row before it becomes an OpStats:
+#: (name or key, calls, device ns, self device ns, cpu ns, self cpu ns, first start, last end, compile ns, compile calls)
+_Row = tuple[Any, ...]
 
 SUMMARY_SCHEMA_VERSION = 1
 _STEP_MARKER = "ProfilerStep#"  # torch.profiler's per-step annotation: a step, not a region
@@ -189,8 +198,6 @@ class Summary:
 
     # -- display -------------------------------------------------------------------------
     def table(self, limit: int | None = 20) -> str:
-        from .text import summary_table
-
         return summary_table(self, limit=limit)
 
     def __str__(self) -> str:
@@ -199,13 +206,9 @@ class Summary:
     def roofline_table(self, limit: int | None = 20) -> str:
         """Each op against the device's roofs (``record_shapes=True``): achieved FLOP/s or bytes/s,
         arithmetic intensity, bound, % of the roof, the time at the roof and the time above it."""
-        from .text import roofline_table
-
-        return roofline_table(self, limit=limit)
+        return roofline_text(self, limit=limit)
 
     def __repr__(self) -> str:
-        from .text import format_us
-
         region = f" region={self.region_stats.path!r}" if self.region_stats is not None else ""
         return (
             f"<neuronscope.Summary device={self.device!r}{region} ops={len(self.rows)} "
@@ -302,7 +305,8 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None,
 
     if limits is None:
         limits = _config.current().device_limits or limits_for_trace(trace)
-    return attach_roofline(summary, limits)
+    with_roofs: Summary = attach_roofline(summary, limits)
+    return with_roofs
 
 
 @dataclass
@@ -514,7 +518,7 @@ def _region_paths(trace: Trace, tree: _Tree) -> _Paths:
     return _Paths(names, path_of, is_real_region)
 
 
-def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times, paths: _Paths) -> dict[int, list[tuple]]:
+def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times, paths: _Paths) -> dict[int, list[_Row]]:
     """Ops (not regions) of surviving nodes aggregated per (region path, name); device work
     whose launching op is not in the trace gets a row of its own, named after it."""
     import numpy as np
@@ -557,7 +561,7 @@ def _ops_by_region_path(trace: Trace, tree: _Tree, work: _DeviceWork, t: _Times,
                 comp_calls=zeros,
             )
         )
-    by_path: dict[int, list[tuple]] = {}
+    by_path: dict[int, list[_Row]] = {}
     for g in groups:
         path_id, name_id = divmod(g[0], n_names)
         by_path.setdefault(path_id, []).append((trace.names[name_id],) + g[1:])
@@ -603,7 +607,19 @@ def _region_occurrences(tree: _Tree, paths: _Paths) -> dict[int, RegionStats]:
     }
 
 
-def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) -> list[tuple]:
+def _aggregate(
+    *,
+    key: np.ndarray,
+    calls: np.ndarray,
+    dev: np.ndarray,
+    self_dev: np.ndarray,
+    cpu: np.ndarray,
+    self_cpu: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    comp: np.ndarray,
+    comp_calls: np.ndarray,
+) -> list[_Row]:
     """Group by ``key``: sums of the measures, min of ``first``, max of ``last``.
 
     Tuples: (key, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls).
@@ -628,12 +644,12 @@ def _aggregate(*, key, calls, dev, self_dev, cpu, self_cpu, first, last, comp, c
     ]
 
 
-def _build(rows: list[tuple], device: str, pct_base_ns: float | None = None) -> Summary:
+def _build(rows: list[_Row], device: str, pct_base_ns: float | None = None) -> Summary:
     """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) tuples by name.
 
     ``device_pct`` is relative to ``pct_base_ns`` (default: these rows' own total).
     """
-    merged: dict[str, list] = {}
+    merged: dict[str, list[Any]] = {}
     works: dict[str, OpWork] = {}
     for name, c, d, sd, cp, scp, f, l_, cm, cc, *extra in rows:
         if extra and extra[0] is not None:

@@ -1,5 +1,5 @@
-"""Plain-text rendering of a Summary (what ``print(run.summary)`` shows) and the time format
-every renderer shares.
+"""Plain-text rendering of a Summary (what ``print(run.summary)`` shows, and its roofline
+table). The units it writes in are analysis/units.py's, which every renderer shares.
 
 It reads summaries through the two protocols below rather than importing analysis.summary:
 ``Summary.__str__`` calls down into this module, so this module must not import it back.
@@ -10,29 +10,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from .kernel_classes import pct_text
+from .roofline import run_roofline
+from .units import device_heading, format_amount, format_rate, format_us
+
 
 class OpStats(Protocol):
-    """What a table reads of a row (analysis.summary.OpStats)."""
+    """What a table reads of a row (analysis.summary.OpStats); read-only, as the frozen rows are."""
 
-    name: str
-    calls: int
-    device_time_us: float
-    self_device_time_us: float
-    device_pct: float
-    cpu_time_us: float
-    self_cpu_time_us: float
-    compile: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def calls(self) -> int: ...
+    @property
+    def device_time_us(self) -> float: ...
+    @property
+    def self_device_time_us(self) -> float: ...
+    @property
+    def device_pct(self) -> float: ...
+    @property
+    def cpu_time_us(self) -> float: ...
+    @property
+    def self_cpu_time_us(self) -> float: ...
+    @property
+    def compile(self) -> bool: ...
 
 
 class Summary(Protocol):
-    """What a table reads of a summary (analysis.summary.Summary)."""
+    """What a table reads of a summary (analysis.summary.Summary); read-only."""
 
-    device: str
-    rows: Sequence[OpStats]
-    total_device_time_us: float
-    compile_time_us: float
-    warnings: Sequence[str]
-    notes: Sequence[str]
+    @property
+    def device(self) -> str: ...
+    @property
+    def rows(self) -> Sequence[OpStats]: ...
+    @property
+    def total_device_time_us(self) -> float: ...
+    @property
+    def compile_time_us(self) -> float: ...
+    @property
+    def warnings(self) -> Sequence[str]: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
 
     def label(self, name: str) -> str: ...
 
@@ -41,8 +59,6 @@ __all__ = [
     "classes_line",
     "compile_footer",
     "device_cells",
-    "format_rate",
-    "format_us",
     "roofline_table",
     "split_compile_rows",
     "unmodelled_gemm_line",
@@ -51,22 +67,6 @@ __all__ = [
 
 #: compile rows listed under the ops (the heaviest by self CPU time); the rest are counted
 COMPILE_ROWS_SHOWN = 5
-
-_DEVICE_LABEL = {
-    "cpu": "cpu (no accelerator: device time = CPU op time)",
-    "cuda": "cuda (device time = GPU kernel time)",
-    "rocm": "rocm (device time = GPU kernel time)",
-    "neuron": "neuron (device time = NeuronCore time)",
-}
-
-
-def format_us(us: float) -> str:
-    """Microseconds in the unit a human reads fastest."""
-    if us >= 1e6:
-        return f"{us / 1e6:.3f}s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3f}ms"
-    return f"{us:.3f}us"
 
 
 def split_compile_rows(rows: Sequence["OpStats"], limit: int | None) -> tuple[list["OpStats"], list["OpStats"]]:
@@ -93,8 +93,6 @@ def classes_line(summary: Any, sep: str = " · ") -> str | None:
     """``Device time by class: gemm 59% · attention 22% · ... (classified 99.9%: ...)``: the split
     of :class:`~.kernel_classes.DeviceClasses`, and how much of it an op or a name classified (None
     without it: a summary saved before the classes, or no device time)."""
-    from .kernel_classes import pct_text
-
     dc = getattr(summary, "device_classes", None)
     if dc is None or dc.total_us <= 0:
         return None
@@ -145,7 +143,7 @@ def summary_table(summary: "Summary", limit: int | None = 20, max_name: int = 48
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     rule = "  ".join("-" * w for w in widths)
-    out = [f"device: {_DEVICE_LABEL.get(summary.device, summary.device)}", rule, line(header), rule]
+    out = [f"device: {device_heading(summary.device)}", rule, line(header), rule]
     out += [line(b) for b in body[: len(ops)]]
     if comp:
         out.append(rule)
@@ -166,19 +164,6 @@ def summary_table(summary: "Summary", limit: int | None = 20, max_name: int = 48
 
 
 # -- the roofline table (``summary.roofline_table()``, ``neuronscope show --roofline``) ------------
-def format_rate(value: float, unit: str) -> str:
-    """``1.23e12, "FLOP/s"`` -> ``1.23 TFLOP/s``; ``3.1e10, "B/s"`` -> ``31.0 GB/s``."""
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def format_amount(value: float, unit: str) -> str:
-    """FLOPs or bytes: ``4.0e8, "FLOP"`` -> ``400 MFLOP``."""
-    return format_rate(value, unit)
-
-
 ROOFLINE_HEADER = ("Name", "Calls", "Time", "Work", "Achieved", "FLOP/B", "Bound", "Level", "% of roof", "At roof", "At stake")
 #: marks a % of roof above 100: the footer says why
 ABOVE_MARK = "*"
@@ -221,8 +206,6 @@ def roofline_cells(r: Any, level: bool = True) -> tuple[str, ...]:
 
 def roofline_footer(summary: Any) -> list[str]:
     """The device, the run's fraction of its roofs, and what has no roofline and why."""
-    from .roofline import run_roofline
-
     if not any(getattr(r, "work", None) is not None for r in summary.rows):
         return ["roofline: no shapes recorded: profile with record_shapes=True (2-3 us more per op recorded; docs/roofline.md)"]
     if not any(r.work is not None and r.work.calls > 0 for r in summary.rows):
@@ -277,8 +260,6 @@ def unmodelled_gemm_line(summary: Any) -> str | None:
     """The GEMM kernels the roofline does not see (their class says GEMM, no row models them): how
     much, and why — launched outside any op (a graph replay records its kernels' names, not their
     sizes), or under ops without a work model (``vllm::moe_forward``)."""
-    from .kernel_classes import pct_text
-
     dc = getattr(summary, "device_classes", None)
     if dc is None or dc.total_us <= 0:
         return None

@@ -417,7 +417,7 @@ def _conv(shapes: list, dtypes: list, concrete: Any) -> OpCost:
     else:
         spatial = [(i + 2 * p - d * (kk - 1) - 1) // s + 1 for i, s, p, d, kk in zip(x[2:], stride, padding, dilation, k)]
         c_out = w[0]
-        flops = 2.0 * x[0] * c_out * math.prod(spatial) * _numel(w[1:])  # type: ignore[operator]
+        flops = 2.0 * x[0] * c_out * math.prod(spatial) * _numel(w[1:])
     out = [x[0], c_out, *spatial]
     moved = _bytes(x, tx) + _bytes(w, tw) + _bytes(out, tx) + (_bytes(*bias) if bias else 0)
     return OpCost(flops, float(moved), "matrix", dtype_class(tx), "conv")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import torch.autograd.profiler as _autograd_profiler
 import wrapt
@@ -92,14 +92,14 @@ class Region:
         stack.append(handle)
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         handle = self._local.stack.pop()
         if handle is not None:
             _exit(handle)
         return False
 
     def __call__(self, func: F) -> F:
-        name = self.name or getattr(func, "__qualname__", None) or getattr(func, "__name__", "region")
+        name = str(self.name or getattr(func, "__qualname__", None) or getattr(func, "__name__", "region"))
         if inspect.iscoroutinefunction(func):
 
             @wrapt.decorator(enabled=_profiling)  # no profile: wrapt calls the function directly
@@ -110,7 +110,7 @@ class Region:
                 finally:
                     _exit(box)
 
-            return async_wrapper(func)
+            return cast(F, async_wrapper(func))
 
         @wrapt.decorator(enabled=_profiling)
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -120,7 +120,7 @@ class Region:
             finally:
                 _exit(box)
 
-        return wrapper(func)
+        return cast(F, wrapper(func))
 
     def __repr__(self) -> str:
         return f"<neuronscope.region {self.name!r}>"

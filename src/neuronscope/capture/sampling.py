@@ -137,7 +137,7 @@ class SamplingPolicy:
         armed = attend if attend is not None else (lambda: False)
         if self.trivial:
 
-            def decide() -> bool:
+            def decide_trivial() -> bool:
                 if not enabled():
                     return False
                 next_call()
@@ -145,7 +145,7 @@ class SamplingPolicy:
                     return yes()
                 return yes() if profile_all else False
 
-            return decide
+            return decide_trivial
 
         def decide() -> bool:
             if not enabled():

@@ -612,14 +612,14 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
             return result
         # other processes hold the cores: the call's own CPU time, as a quiet machine would give
         # its wall time (module doc)
-        before = _clocks() if contended[0] else None
+        clocks_before = _clocks() if contended[0] else None
         t0 = now()
         result = wrapped(*args, **kwargs)
         dt = now() - t0
         if busy[0]:
             return result  # the workers started meanwhile: not measurable
-        if before is not None:
-            dt -= _lost_to_workers(dt, before)
+        if clocks_before is not None:
+            dt -= _lost_to_workers(dt, clocks_before)
         if dt > threshold[0]:
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
@@ -628,5 +628,5 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
             calls.refresh()
         return result
 
-    sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined] - for tests and debugging
+    sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined]  # for tests and debugging
     return type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ._group import Failure, cli
@@ -25,7 +27,7 @@ def export(path: str, otlp_endpoint: str | None, op_spans: str | None, service_n
         _env.env_str("OTEL_EXPORTER_OTLP_ENDPOINT", None) or _env.env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
     ):
         raise click.UsageError("no OTLP endpoint: pass --otlp-endpoint URL or set OTEL_EXPORTER_OTLP_ENDPOINT")
-    changes: dict[str, object] = {"exporter": "otlp", "otlp_endpoint": otlp_endpoint}
+    changes: dict[str, Any] = {"exporter": "otlp", "otlp_endpoint": otlp_endpoint}
     if service_name:
         changes["service_name"] = service_name
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -50,7 +51,7 @@ def report(path: str, path_b: str | None, output: str, title: str | None, top: i
     if path_b is None and where.kind == "job":  # a torchrun job: the per-rank lane view
         from ..api import compare_ranks
 
-        a = compare_ranks(where.path)
+        a: Any = compare_ranks(where.path)  # a RankComparison or a run's Source: write_html renders either
     else:
         a = load_source(path)
     b = load_source(path_b) if path_b is not None else None

@@ -12,6 +12,7 @@ profile has been summarised.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import runpy
@@ -20,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -48,7 +49,7 @@ def _apply_run_options(opts: RunOptions) -> None:
     """Configure OpenTelemetry export for the script before it starts."""
     import neuronscope as ns
 
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if opts.op_spans is not None:
         changes["op_spans"] = opts.op_spans
     if opts.otlp_endpoint is not None:
@@ -367,13 +368,15 @@ def _run_teeing_stderr(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
     import threading
 
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    child_stderr = proc.stderr
+    assert isinstance(child_stderr, io.BufferedReader)  # stderr=PIPE, buffered: read1 returns what has arrived
     kept: list[bytes] = []
     tail = bytearray()
     out = getattr(sys.stderr, "buffer", None)
 
     def pump() -> None:
         pending = b""
-        while chunk := proc.stderr.read1(65536):
+        while chunk := child_stderr.read1(65536):
             try:
                 if out is not None:
                     out.write(chunk)

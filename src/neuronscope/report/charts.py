@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..analysis.text import format_us
+from ..analysis.units import format_us
 
 __all__ = ["LogScale", "time_axis_ticks"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from .._run import Run
 from ..analysis.diff import Explanation
-from ..analysis.roofs import DeviceLimits, size_text
-from ..analysis.text import format_us
+from ..analysis.roofs import DeviceLimits
+from ..analysis.units import format_us, size_text
 from ..analysis.variants import Interval, RoofShare, StepWork
 
 __all__ = ["COLUMNS", "COMPARISON_SCHEMA_VERSION", "TEXT_COLUMNS", "Comparison", "VariantResult"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..analysis.text import format_us
+from ..analysis.units import format_us
 from ._assets import CSS, JS
 from .html import _W, _colour, _e, _run_section
 from .sources import as_source

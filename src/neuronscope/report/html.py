@@ -54,7 +54,8 @@ from .charts import LogScale, time_axis_ticks
 from .memory_html import memory_section
 from .sources import Source, as_source, run_extent
 from ..analysis.kernel_classes import CLASS_WORDS, CLASSES, pct_text
-from ..analysis.text import classes_line, format_rate, format_us, roofline_footer, roofline_rows
+from ..analysis.text import classes_line, roofline_footer, roofline_rows
+from ..analysis.units import format_rate, format_us
 
 __all__ = ["render_html", "write_html"]
 
@@ -910,7 +911,7 @@ def _communication(d: Any, key: str) -> str:
     )
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -943,9 +944,9 @@ def _neuron_device(source: Source, key: str) -> str:
     neuron = source.manifest.get("neuron")
     if not isinstance(neuron, dict):
         return ""
-    explorer = neuron.get("explorer") if isinstance(neuron.get("explorer"), dict) else {}
-    m = explorer.get("metrics") if isinstance(explorer.get("metrics"), dict) else {}
-    system = neuron.get("system_profile") if isinstance(neuron.get("system_profile"), dict) else {}
+    explorer = v if isinstance(v := neuron.get("explorer"), dict) else {}
+    m = v if isinstance(v := explorer.get("metrics"), dict) else {}
+    system = v if isinstance(v := neuron.get("system_profile"), dict) else {}
     if not m and not system:
         return ""
     pct = lambda k: f"{m[k]:.1f}%" if isinstance(m.get(k), (int, float)) else None  # noqa: E731

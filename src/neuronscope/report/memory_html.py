@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from ..analysis.memory_model import MemoryReport, format_bytes
-from ..analysis.text import format_us
+from ..analysis.units import format_us
 
 __all__ = ["memory_section"]
 

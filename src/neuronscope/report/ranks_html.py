@@ -20,7 +20,7 @@ from typing import Any
 
 from .._version import __version__
 from ..analysis.ranks import RANK_COLUMNS, RANK_HEADER, rank_label
-from ..analysis.text import format_us
+from ..analysis.units import format_us
 from ._assets import CSS, JS
 from .charts import time_axis_ticks
 

@@ -27,13 +27,13 @@ from ..analysis.text import (
     classes_line,
     compile_footer,
     device_cells,
-    format_us,
     roofline_cells,
     roofline_footer,
     roofline_header,
     roofline_rows,
     split_compile_rows,
 )
+from ..analysis.units import device_heading, format_us
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -52,12 +52,6 @@ __all__ = [
     "sort_rows",
     "summary_renderable",
 ]
-
-DEVICE_LABEL = {
-    "cpu": "cpu (no accelerator: device time = CPU op time)",
-    "cuda": "cuda (device time = GPU kernel time)",
-    "neuron": "neuron (device time = NeuronCore time)",
-}
 
 #: ``--sort`` choices -> (row key, descending). Ties break by name.
 SORT_KEYS: dict[str, tuple[Callable[[OpStats], Any], bool]] = {
@@ -212,7 +206,7 @@ def header_renderable(source: Source) -> Text:
     s = source.summary
     text = Text()
     text.append(source.label, style="bold")
-    text.append(f"  {DEVICE_LABEL.get(s.device, s.device)}\n", style="dim")
+    text.append(f"  {device_heading(s.device)}\n", style="dim")
     text.append(f"self device time {format_us(s.total_device_time_us)}", style="bold")
     text.append(f" in {len(s)} ops")
     if s.compile_time_us > 0:

@@ -23,7 +23,7 @@ def trigger_lines(manifest: dict[str, Any], top: int = 8, labels: dict[str, str]
     explanation = manifest.get("explanation")
     if isinstance(explanation, dict):
         from .._trigger import explanation_from_dict
-        from ..analysis.text import format_us
+        from ..analysis.units import format_us
 
         try:
             e = explanation_from_dict(explanation)

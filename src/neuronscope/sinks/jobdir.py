@@ -103,7 +103,7 @@ def _load_run_dir(path: Path) -> RankRun:
             f"{path}: this run has no rank (profiled outside a torchrun job?); compare_ranks needs the run "
             "directories of a distributed job (<output_dir>/<job id>/rank<N>/...)"
         )
-    dist = manifest.get("distributed") if isinstance(manifest.get("distributed"), dict) else {}
+    dist = v if isinstance(v := manifest.get("distributed"), dict) else {}
     profile = None
     trace = run_trace_file(path)
     if (path / RANK_FILE).is_file():
@@ -137,8 +137,8 @@ def _load_trace_file(path: Path) -> RankRun:
 
     trace = load_trace(path)
     meta = trace.metadata
-    info = meta.get("neuronscope") if isinstance(meta.get("neuronscope"), dict) else {}
-    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    info = v if isinstance(v := meta.get("neuronscope"), dict) else {}
+    dist = v if isinstance(v := meta.get("distributedInfo"), dict) else {}
     rank = info.get("rank", dist.get("rank"))
     if rank is None:
         rank = _rank_of_dir(path.parent) if path.parent.name else None

@@ -124,7 +124,7 @@ def prune(output_dir: Path, *, max_runs: int | None, max_bytes: int | None) -> l
     runs.sort()
     removed: list[Path] = []
     total = sum(_dir_bytes(p) for _, p in runs) if max_bytes is not None else 0
-    sizes = {}
+    sizes: dict[Path, int] = {}
     while runs and ((max_runs is not None and len(runs) > max_runs) or (max_bytes is not None and total > max_bytes)):
         _, oldest = runs.pop(0)
         if max_bytes is not None:

@@ -283,7 +283,7 @@ def install_modules(emu: Any) -> bool:
             try:
                 importlib.import_module("torch_neuronx")
                 return False
-            except Exception:  # the PyPI placeholder raises on import
+            except Exception:  # noqa: BLE001 - the PyPI placeholder raises on import (any error)
                 sys.modules.pop("torch_neuronx", None)
     else:
         return False

@@ -25,9 +25,9 @@ import numpy as np
 
 from .._paths import trace_file
 from ..errors import TraceLoadError
-from .kinds import CONCRETE_OPS, DEVICE_PROCESS, activity_kind, device_label
+from .kinds import CONCRETE_OPS, DEVICE_PROCESS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, activity_kind, device_label
 from .memory import MEMORY_EVENT, OOM_EVENT, MemoryRecords
-from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace, compiled_graph_calls_as_ops
+from .model import EventKind, Trace, compiled_graph_calls_as_ops
 
 __all__ = ["load_trace", "parse_trace_bytes"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .kinds import CONCRETE_OPS, activity_kind
-from .model import FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, Trace, compiled_graph_calls_as_ops
+from .kinds import CONCRETE_OPS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, activity_kind
+from .model import EventKind, Trace, compiled_graph_calls_as_ops
 
 __all__ = ["trace_from_kineto"]
 

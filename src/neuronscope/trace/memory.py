@@ -58,7 +58,7 @@ class MemoryRecords:
     @classmethod
     def empty(cls) -> "MemoryRecords":
         z = np.zeros(0, dtype=np.int64)
-        return cls(*(z for _ in _COLUMNS))
+        return cls(time_ns=z, bytes=z, addr=z, total_allocated=z, total_reserved=z, device_type=z, device_id=z, thread=z)
 
     @classmethod
     def build(cls, oom: tuple = (), **cols: Any) -> "MemoryRecords":
@@ -364,7 +364,13 @@ def _records_vectorised(
         ends = [first, ends[1] if ends else last] if backward else [ends[0] if ends else first, last]
     if found != n:
         raise ValueError(f"the trace file holds {found} memory records, the profiler {n}")
-    if n > 1 and None not in ends and abs(round((ends[1] - ends[0]) * 1000) - int(time_ns[-1] - time_ns[0])) > 10:
+    first_ts, last_ts = ends if len(ends) == 2 else (None, None)
+    if (
+        n > 1
+        and first_ts is not None
+        and last_ts is not None
+        and abs(round((last_ts - first_ts) * 1000) - int(time_ns[-1] - time_ns[0])) > 10
+    ):
         # the first and last records must be the profiler's (reading from the end stops at n)
         raise ValueError("the trace file's memory records do not line up with the profiler's")
     if backward:
@@ -377,7 +383,7 @@ def _records_vectorised(
 
 
 def _ts_at(buf: np.ndarray, name_at: int, backward: bool) -> float | None:
-    m = _TS_AT.match(buf, name_at)
+    m = _TS_AT.match(buf.data, name_at)  # the array's bytes (its buffer), typed as such
     if m is None and backward:  # no check possible: read record by record (and count all)
         raise _LayoutError("a [memory] event without ts after its name")
     return float(m.group(1)) if m else None

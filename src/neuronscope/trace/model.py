@@ -20,11 +20,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Event", "EventKind", "Trace", "compiled_graph_calls_as_ops"]
-
-
 from ..errors import ConfigurationError
-from .kinds import ACTIVITY_KINDS, FILTERED_NAMES, INPUT_OPS, MARKER_PREFIX, EventKind, compiled_graph_call_ids  # noqa: E402,F401
+from .kinds import EventKind, compiled_graph_call_ids
+
+__all__ = ["Event", "EventKind", "Trace", "compiled_graph_calls_as_ops"]
 
 
 class Event(NamedTuple):
@@ -62,13 +61,13 @@ class Trace:
     linked_correlation_id: np.ndarray
     device: str = "cpu"  #: "cpu" | "cuda" | "neuron": which device the device columns describe
     base_time_ns: int = 0
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     category: np.ndarray | None = None
     categories: tuple[str, ...] = ("",)
-    inputs: dict = field(default_factory=dict)  #: event position -> (shapes, dtypes)
+    inputs: dict[int, Any] = field(default_factory=dict)  #: event position -> (shapes, dtypes)
     #: what Kineto records of a collective (``record_param_comms`` and NCCL kernels of a saved
     #: trace): event position -> (collective name, in elements, out elements, dtype, group size)
-    collectives: dict = field(default_factory=dict)
+    collectives: dict[int, Any] = field(default_factory=dict)
     #: allocator records (``[memory]`` events, a :class:`~.memory.MemoryRecords`) read with a saved
     #: trace file; None when it has none (live captures hand them to the memory stage directly)
     memory: Any = None
@@ -121,7 +120,8 @@ class Trace:
         table = np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool, count=len(self.names))
         if not len(table):
             return np.zeros(len(self), dtype=bool)
-        return table[self.name_id]
+        mask: np.ndarray = table[self.name_id]
+        return mask
 
     def select(self, mask: np.ndarray) -> "Trace":
         """A new trace holding the events where ``mask`` is true (string tables shared)."""
@@ -158,11 +158,11 @@ class Trace:
         linked_correlation_id: list[int] | None = None,
         device: str = "cpu",
         base_time_ns: int = 0,
-        metadata: dict | None = None,
+        metadata: dict[str, Any] | None = None,
         categories: list[str] | None = None,
-        inputs: dict | None = None,
+        inputs: dict[int, Any] | None = None,
         memory: Any = None,
-        collectives: dict | None = None,
+        collectives: dict[int, Any] | None = None,
     ) -> "Trace":
         """Build a trace from per-event Python lists (``names`` and ``categories`` per event,
         interned here)."""
@@ -193,7 +193,7 @@ class Trace:
         )
 
     @classmethod
-    def concat(cls, traces: "list[Trace]", *, device: str | None = None, metadata: dict | None = None) -> "Trace":
+    def concat(cls, traces: "list[Trace]", *, device: str | None = None, metadata: dict[str, Any] | None = None) -> "Trace":
         """One trace holding the events of several (e.g. the segments of a capture), string
         tables merged. ``base_time_ns`` is the earliest one's."""
         if not traces:
@@ -202,8 +202,8 @@ class Trace:
         cats: dict[str, int] = {"": 0}
         cols: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
         name_ids, cat_ids = [], []
-        inputs: dict = {}
-        collectives: dict = {}
+        inputs: dict[int, Any] = {}
+        collectives: dict[int, Any] = {}
         offset = 0
         for tr in traces:
             name_map = np.array([names.setdefault(n, len(names)) for n in tr.names] or [0], dtype=np.int64)

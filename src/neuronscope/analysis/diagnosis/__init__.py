@@ -292,7 +292,7 @@ def with_device_facts(diagnosis: Diagnosis, facts: Any) -> Diagnosis:
     return replace(diagnosis, findings=tuple(_cause_first(merged, diagnosis.bound_by)))
 
 
-def _cause_first(findings: list, bound_by: str) -> list:
+def _cause_first(findings: list[Finding], bound_by: str) -> list[Finding]:
     """The verdict's cause leads when the trace shows one (data-bound: the data finding first),
     then the rest by time at stake — so the top finding never contradicts the verdict."""
     rules = _CAUSE_RULES.get(bound_by, ())
@@ -375,14 +375,14 @@ def _steps(tl: Any, source: str, name: str, s_start: Any, s_end: Any, *, content
         )
     us = dur / 1e3
     slowest = int(np.argmax(dur)) if count else 0
-    pct = (lambda q: float(np.percentile(us, q))) if count else (lambda q: 0.0)
+    percentile = (lambda q: float(np.percentile(us, q))) if count else (lambda q: 0.0)
     return Steps(
         source=source,
         name=name,
         count=count,
-        p50_us=pct(50),
-        p90_us=pct(90),
-        p99_us=pct(99),
+        p50_us=percentile(50),
+        p90_us=percentile(90),
+        p99_us=percentile(99),
         max_us=float(us.max()) if count else 0.0,
         slowest_index=slowest,
         per_step=tuple(per_step),

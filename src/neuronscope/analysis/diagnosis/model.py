@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..text import format_us
+from ..units import format_us
 
 __all__ = [
     "BOUND_BY",

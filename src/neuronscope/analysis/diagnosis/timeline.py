@@ -116,16 +116,17 @@ class Timeline:
 def _window(trace: Trace, serial: int | None) -> tuple[int, int]:
     """The capture's own markers when present (exact, in the trace's clock), else the extent
     of the events."""
-    if serial is None:
+    marker = None if serial is None else str(serial)  # the capture's number, as its markers write it
+    if marker is None:
         # a saved trace: the outermost capture's markers (the earliest begin)
         begins = trace.name_mask(lambda n: n.startswith(MARKER_CAPTURE + "#"))
         if begins.any():
             first = np.flatnonzero(begins)[np.argmin(trace.start_ns[begins])]
             label = trace.names[int(trace.name_id[first])]
-            serial = label[len(MARKER_CAPTURE) + 1 :].split(":", 1)[0]
-    if serial is not None:
-        begin = f"{MARKER_CAPTURE}#{serial}:"
-        end = f"{MARKER_CAPTURE_END}#{serial}:"
+            marker = label[len(MARKER_CAPTURE) + 1 :].split(":", 1)[0]
+    if marker is not None:
+        begin = f"{MARKER_CAPTURE}#{marker}:"
+        end = f"{MARKER_CAPTURE_END}#{marker}:"
         b = trace.name_mask(lambda n: n.startswith(begin))
         e = trace.name_mask(lambda n: n.startswith(end))
         if b.any() and e.any():

@@ -215,7 +215,7 @@ class NeuronArtifacts:
             "problems": self.all_problems(),
             "notes": self.all_notes(),
             "explorer_commands": cmds,
-            "explorer_command": (cmds or [None])[0],
+            "explorer_command": cmds[0] if cmds else None,
         }
 
 

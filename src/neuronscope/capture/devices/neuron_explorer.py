@@ -275,9 +275,9 @@ def aggregate(profiles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if v is not None:
             out[k] = v
     for key, names in (("engine_active_percent", ENGINES), ("nki_coverage_percent", NKI_ENGINES)):
-        vals = {e: v for e in names if (v := _weighted(profiles, key, e)) is not None}
-        if vals:
-            out[key] = vals
+        per_engine = {e: v for e in names if (v := _weighted(profiles, key, e)) is not None}
+        if per_engine:
+            out[key] = per_engine
     return out
 
 
@@ -566,8 +566,8 @@ def _run(cmd: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or "") + (exc.stderr or "")
-        return None, (out if isinstance(out, str) else out.decode(errors="replace")) + f"\n(timed out after {timeout_s:.0f} s)"
+        out = "".join(x if isinstance(x, str) else x.decode(errors="replace") for x in (exc.stdout, exc.stderr) if x)
+        return None, out + f"\n(timed out after {timeout_s:.0f} s)"
     except OSError as exc:
         return None, f"could not start: {exc}"
     return proc.returncode, (proc.stdout or "") + (proc.stderr or "")

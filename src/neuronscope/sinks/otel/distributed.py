@@ -22,6 +22,7 @@ import copy
 import hashlib
 import logging
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,11 +131,11 @@ def emit_step_span(tracer: Any, run: Any, step: StepContext) -> bool:
     return True
 
 
-def rank_attributes(manifest: dict[str, Any]) -> dict[str, Any]:
+def rank_attributes(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """Root-span attributes of a rank's run (none for a single-process run)."""
     if "rank" not in manifest:
         return {}
-    dist = manifest.get("distributed") if isinstance(manifest.get("distributed"), dict) else {}
+    dist = v if isinstance(v := manifest.get("distributed"), dict) else {}
     attrs: dict[str, Any] = {
         "neuronscope.rank": int(manifest["rank"]),
         "neuronscope.world_size": int(manifest.get("world_size") or 0),

@@ -57,7 +57,7 @@ def http_session() -> Any:
     import requests
 
     class _FailFastSession(requests.Session):
-        def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def request(self, *args: Any, **kwargs: Any) -> Any:
             try:
                 return super().request(*args, **kwargs)
             except requests.exceptions.ConnectionError as exc:
@@ -84,7 +84,7 @@ def _failing_fast(exporter_class: type) -> type:
     version has no such method, the stock exporter is what runs, retries and all."""
     import grpc
 
-    class _RefusalInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    class _RefusalInterceptor(grpc.UnaryUnaryClientInterceptor):
         def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
             outcome = continuation(client_call_details, request)
             if isinstance(outcome, grpc.RpcError) and outcome.code() == grpc.StatusCode.UNAVAILABLE:
@@ -92,7 +92,7 @@ def _failing_fast(exporter_class: type) -> type:
                     raise EndpointRefused(errno.ECONNREFUSED, "Connection refused") from outcome
             return outcome
 
-    class FailFast(exporter_class):  # type: ignore[misc, valid-type]
+    class FailFast(exporter_class):
         def _initialize_channel_and_stub(self) -> None:
             super()._initialize_channel_and_stub()
             channel, stub = getattr(self, "_channel", None), getattr(self, "_stub", None)

@@ -108,7 +108,7 @@ class _ExemplarCollector:
                     for point in getattr(metric.data, "data_points", ()):
                         if not isinstance(point, HistogramDataPoint) or not point.exemplars:
                             continue
-                        labels = {_sanitize(k): str(v) for k, v in point.attributes.items()}
+                        labels = {_sanitize(k): str(v) for k, v in (point.attributes or {}).items()}
                         bounds = list(point.explicit_bounds)
                         for ex in point.exemplars:
                             if not ex.trace_id or not ex.span_id:

@@ -153,7 +153,7 @@ def _protocol() -> str:
     return proto
 
 
-class OwnProviders(list):  # type: ignore[type-arg]
+class OwnProviders(list):
     """``[tracer provider, meter provider]`` neuronscope built, and the exporters behind them."""
 
     health: _ExportHealth | None = None
@@ -272,7 +272,7 @@ def _otlp_exporters(endpoint: str | None) -> tuple[SpanExporter, MetricExporter]
 
     if _protocol() == "grpc":
         # gRPC takes host:port from the URL (a path is ignored, so nothing to correct)
-        return grpc_exporters(endpoint, endpoint.startswith("http://") if endpoint else None)  # type: ignore[no-any-return]
+        return grpc_exporters(endpoint, endpoint.startswith("http://") if endpoint else None)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 

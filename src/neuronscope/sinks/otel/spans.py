@@ -34,6 +34,7 @@ from ...trace.model import EventKind
 if TYPE_CHECKING:
     from ...result import RunResult
     from ...analysis.summary import OpStats, Summary
+    from ...trace.model import Trace
 
 __all__ = ["MAX_ATTRIBUTE_CHARS", "emit_run"]
 
@@ -227,8 +228,8 @@ def neuron_device_attributes(neuron: dict[str, Any]) -> dict[str, Any]:
     """``neuronscope.neuron.*`` root-span attributes: Explorer's device metrics and insight
     rules, the system profile's host memory / CPU facts, dropped trace events."""
     attrs: dict[str, Any] = {}
-    explorer = neuron.get("explorer") if isinstance(neuron.get("explorer"), dict) else {}
-    metrics = explorer.get("metrics") if isinstance(explorer.get("metrics"), dict) else {}
+    explorer = v if isinstance(v := neuron.get("explorer"), dict) else {}
+    metrics = v if isinstance(v := explorer.get("metrics"), dict) else {}
     for key in _NEURON_METRICS:
         if isinstance(metrics.get(key), (int, float)):
             attrs[f"neuronscope.neuron.{key}"] = metrics[key]
@@ -238,7 +239,7 @@ def neuron_device_attributes(neuron: dict[str, Any]) -> dict[str, Any]:
     if findings:
         attrs["neuronscope.neuron.findings"] = [_cap(str(f.get("rule"))) for f in findings[:16]]
         attrs["neuronscope.neuron.findings.us_at_stake"] = [float(f.get("us_at_stake") or 0) for f in findings[:16]]
-    system = neuron.get("system_profile") if isinstance(neuron.get("system_profile"), dict) else {}
+    system = v if isinstance(v := neuron.get("system_profile"), dict) else {}
     if "max_bytes" in (system.get("host_memory") or {}):
         attrs["neuronscope.neuron.host_memory.max_bytes"] = system["host_memory"]["max_bytes"]
     if "mean_percent" in (system.get("cpu_util") or {}):
@@ -286,7 +287,7 @@ def emit_run(
         op_contexts: dict[str, list[Any]] = {}
         created += _emit_summary(tracer, root, summary, run.start_ns, run.end_ns, op_contexts)
         if run.device != "cpu" and run.trace is not None:
-            created += _emit_lanes(tracer, root, run, op_contexts)
+            created += _emit_lanes(tracer, root, run, run.trace, op_contexts)
     elif summary is not None and mode == "events" and run.trace is not None:
         made, dropped = _emit_events(tracer, root, run, max_spans - 1)
         created += made
@@ -303,11 +304,11 @@ def _child(tracer: Any, parent: Any, name: str, start: int, attrs: dict[str, Any
     )
 
 
-def _emit_lanes(tracer: Any, root: Any, run: "RunResult", op_contexts: dict[str, list[Any]]) -> int:
+def _emit_lanes(tracer: Any, root: Any, run: "RunResult", device_trace: "Trace", op_contexts: dict[str, list[Any]]) -> int:
     from .lanes import MAX_LINKS, lane_aggregates
 
     created = 0
-    for agg in lane_aggregates(run.trace, run.device_facts.system_events):
+    for agg in lane_aggregates(device_trace, run.device_facts.system_events):
         s = min(max(agg.first_start_ns, run.start_ns), run.end_ns)
         e = min(s + agg.total_ns, run.end_ns)
         links = [trace.Link(ctx) for op in sorted(agg.ops) for ctx in op_contexts.get(op, ())][:MAX_LINKS]
@@ -349,9 +350,11 @@ def _emit_summary(tracer: Any, root: Any, summary: "Summary", start: int, end: i
             created += 1
 
     emit_ops("", summary.direct_rows)
-    for path in sorted(summary.regions, key=lambda p: (p.count("/"), summary.regions[p].region_stats.first_start_ns)):
+    # a region's summary always has its region's stats (summarize() sets them)
+    region_stats = {path: stats for path, region in summary.regions.items() if (stats := region.region_stats) is not None}
+    for path in sorted(region_stats, key=lambda p: (p.count("/"), region_stats[p].first_start_ns)):
         region = summary.regions[path]
-        stats = region.region_stats
+        stats = region_stats[path]
         parent_path = path.rsplit("/", 1)[0] if "/" in path else ""
         if parent_path not in spans:  # parent region folded away: hang it under the root
             parent_path = ""

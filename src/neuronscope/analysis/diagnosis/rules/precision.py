@@ -91,7 +91,7 @@ def _precision_advice(ctx: Context) -> str:
     if ctx.device == "neuron":
         return "Trainium's tensor engine is bf16-native — use bfloat16 (torch.autocast('neuron', dtype=torch.bfloat16) or model.to(torch.bfloat16))"
     props = ctx.trace.metadata.get("deviceProperties") or []
-    majors = [d.get("computeMajor") for d in props if isinstance(d, dict) and isinstance(d.get("computeMajor"), int)]
+    majors = [m for d in props if isinstance(d, dict) and isinstance(m := d.get("computeMajor"), int)]
     if ctx.device == "cuda" and majors and max(majors) < 8:
         return (
             "this GPU (compute capability 7.x) has float16 tensor cores but no bfloat16 — use mixed precision "

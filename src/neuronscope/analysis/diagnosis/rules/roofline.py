@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ...roofline import AT_LIMIT_PCT
-from ...text import format_amount, format_rate, format_us
+from ...units import format_amount, format_rate, format_us
 from . import Context, MessageContext, rule
 
 #: at most this many ops get a finding of their own (the rest are in the roofline table)
@@ -57,10 +57,21 @@ _LOW_PRECISION = {"gemm": ", {dtype}", "conv": ", {dtype}", "attention": " in {d
 class _Out(Protocol):
     """Where the rule's findings and notes go: a window's :class:`Context`, or the fold's."""
 
-    device: str
-    words: MessageContext
+    @property
+    def device(self) -> str: ...
+    @property
+    def words(self) -> MessageContext: ...
 
-    def finding(self, rule_id: str, message: str | None, us: float, evidence: dict[str, Any], **kw: Any) -> Any: ...
+    def finding(
+        self,
+        rule_id: str,
+        message: str | None,
+        us: float,
+        evidence: dict[str, Any],
+        *,
+        subject: str = ...,
+        us_to_limit: float | None = ...,
+    ) -> Any: ...
 
     def note(self, text: str) -> None: ...
 
