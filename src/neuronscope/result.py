@@ -106,6 +106,10 @@ class Coverage:
     ended_by: Mapping[str, int] = field(default_factory=dict)
     lost: int = 0  #: windows that add nothing to the fold (windows.json says why)
     recorded_steps: int = 0  #: steps inside the recorded windows (``steps`` counts every step timed)
+    #: what neuronscope added to the run's wall time (capture/budget.py ``Overhead``), and how it was
+    #: measured: "steps" (touched steps against untouched ones) or "stops and analysis" (a floor)
+    overhead_ns: int = 0
+    overhead_basis: str = ""
 
     @property
     def pct(self) -> float:
@@ -125,6 +129,10 @@ class Coverage:
                     f"{_ENDED_BY.get(k, k)} {n}" for k, n in sorted(self.ended_by.items(), key=lambda kv: -kv[1])
                 )
             text += "; paused while each was analysed)"
+        if self.overhead_basis:
+            pct = 100.0 * self.overhead_ns / self.wall_ns if self.wall_ns > 0 else 0.0
+            how = "from step times" if self.overhead_basis == "steps" else "its stops and analysis, at least"
+            text += f"; neuronscope added {self.overhead_ns / 1e9:.1f} s ({pct:.0f}% of the wall time, {how})"
             if self.lost:
                 text += f"; {self.lost} window{'s' if self.lost > 1 else ''} lost (windows.json says why)"
         if self.stopped == "budget":
@@ -153,6 +161,8 @@ class Coverage:
             "ended_by": dict(self.ended_by),
             "lost": self.lost,
             "recorded_steps": self.recorded_steps,
+            "overhead_ns": self.overhead_ns,
+            "overhead_basis": self.overhead_basis,
         }
 
     @classmethod
@@ -171,6 +181,8 @@ class Coverage:
             ended_by={str(k): int(v) for k, v in (d.get("ended_by") or {}).items()},
             lost=int(d.get("lost", 0)),
             recorded_steps=int(d.get("recorded_steps", 0)),
+            overhead_ns=int(d.get("overhead_ns", 0)),
+            overhead_basis=str(d.get("overhead_basis", "")),
         )
 
 

@@ -32,10 +32,12 @@ the action to the capture's thread at its next ``ns.step()``.
 from __future__ import annotations
 
 import logging
+import statistics
 import sys
 import threading
 import time
 from array import array
+from collections import deque
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
@@ -82,12 +84,16 @@ class Windows:
     A window ends every ``steps`` steps (``ns.step()``, or optimizer steps when the code calls no
     ``ns.step()``) or every ``seconds`` seconds, whichever comes first, or at the event budget.
     ``keep``: besides the first window's, the raw traces kept are those of the ``keep`` slowest
-    windows (by mean step time; without steps, by busy time).
+    windows (by mean step time; without steps, by busy time). ``overhead``: the share of the run's
+    wall time neuronscope may add (recording, stopping, analysing: :class:`Overhead`); the next
+    window waits until the run is within it. None: each window starts as soon as the previous one
+    is analysed (the most coverage, at ~2x on a small training loop: docs/long-runs.md).
     """
 
     steps: int | None = None
     seconds: float | None = None
     keep: int = 3
+    overhead: float | None = None
 
     def __post_init__(self) -> None:
         if self.steps is not None and (not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1):
@@ -98,10 +104,51 @@ class Windows:
             raise ConfigurationError("Windows(): give steps=N, seconds=T or both")
         if not isinstance(self.keep, int) or isinstance(self.keep, bool) or self.keep < 0:
             raise ConfigurationError(f"Windows(keep={self.keep!r}): use an int >= 0")
+        if self.overhead is not None and (
+            not isinstance(self.overhead, (int, float)) or isinstance(self.overhead, bool) or not 0 < self.overhead
+        ):
+            raise ConfigurationError(
+                f"Windows(overhead={self.overhead!r}): use a share of the wall time > 0 (0.25: 25 %), or None"
+            )
 
     def describe(self) -> str:
         parts = ([f"{self.steps} steps"] if self.steps else []) + ([f"{self.seconds:g} s"] if self.seconds else [])
         return " or ".join(parts)
+
+
+class Overhead:
+    """What neuronscope added to the run's wall time so far.
+
+    With steps: the steps it touched (recorded, or run while a window was analysed) against the
+    median of recent untouched ones -- the slowdown as the program felt it, recording, stopping
+    and analysis's competition for the GIL and the cores included. Without steps (or before any
+    untouched one): the time torch's stops took plus the windows' analysis (a floor: the cost of
+    recording itself is not in it)."""
+
+    QUIET_NEEDED = 5  #: untouched steps before the step-based figure is used
+
+    def __init__(self) -> None:
+        self.quiet: deque[float] = deque(maxlen=255)  #: recent untouched steps, us
+        self.touched_us = 0.0
+        self.touched = 0
+        self.stops_and_analysis_ns = 0
+
+    def step(self, us: float, touched: bool) -> None:
+        if touched:
+            self.touched_us += us
+            self.touched += 1
+        else:
+            self.quiet.append(us)
+
+    def add(self, ns: int) -> None:
+        self.stops_and_analysis_ns += max(ns, 0)
+
+    def measured(self) -> tuple[int, str]:
+        """(nanoseconds added, the basis: "steps" | "stops and analysis")."""
+        if len(self.quiet) >= self.QUIET_NEEDED and self.touched:
+            base = statistics.median(self.quiet)
+            return int(max(self.touched_us - self.touched * base, 0.0) * 1e3), "steps"
+        return self.stops_and_analysis_ns, "stops and analysis"
 
 
 @dataclass(frozen=True)
@@ -177,8 +224,11 @@ class Recording:
         self.window_steps = 0
         self.steps_seen = False  #: ns.step() was called (optimizer steps then are not steps)
         self.steps = StepTimes()  #: every step's wall time, recorded or not (bounded)
+        self.overhead = Overhead()  #: what neuronscope added to the run so far
         self._last_step: int | None = None
         self._busy_since_step = False  #: the workers ran since the last step (set by the watchdog)
+        self._recorded_since_step = True  #: recording ran during the step now running (it may have stopped in it)
+        self.steps_seen_any = False  #: any step (ns.step() or an optimizer's) was timed
 
     # -- estimates -------------------------------------------------------------------------
     def session_events(self, now: int) -> int:
@@ -227,7 +277,7 @@ class Recording:
                     return None
                 return "window"
             return None
-        if self.windows is not None and self.ready_for_next() and (self.windows.steps is None or not self.steps_seen):
+        if self.windows is not None and self.ready_for_next(now) and (self.windows.steps is None or not self.steps_seen):
             if lim.max_seconds is not None and now - self.started >= lim.max_seconds * 1e9:
                 self.stopped = "duration"
                 return None
@@ -250,8 +300,19 @@ class Recording:
             action, self.deferred = self.deferred, None
         return action if self.recording else None
 
-    def ready_for_next(self) -> bool:
-        return self.in_flight == 0 and not _worker.backlog.over_budget()
+    def ready_for_next(self, now: int) -> bool:
+        return self.in_flight == 0 and not _worker.backlog.over_budget() and self.within_overhead(now)
+
+    def within_overhead(self, now: int) -> bool:
+        """Whether the run is within ``Windows.overhead`` (always, without one). With steps, the
+        pause lasts at least :attr:`Overhead.QUIET_NEEDED` untouched steps: they are the baseline."""
+        share = self.windows.overhead if self.windows is not None else None
+        if share is None:
+            return True
+        if self.steps_seen_any and len(self.overhead.quiet) < Overhead.QUIET_NEEDED:
+            return False
+        added, _ = self.overhead.measured()
+        return added <= share * max(now - self.started, 0)
 
     # -- transitions (the caller holds no lock; the capture does the session work) ----------
     def session_ended(self, now: int, reason: str) -> None:
@@ -279,7 +340,11 @@ class Recording:
             last = self._last_step if self._last_step is not None else self.started
             # a step during which neuronscope's workers analysed a window is slowed by them (GIL,
             # cores): counted, but left out of the step-time percentiles
-            self.steps.add((now - last) / 1e3, bool(_worker.busy[0] or self._busy_since_step))
+            overlapped = bool(_worker.busy[0] or self._busy_since_step)
+            self.steps.add((now - last) / 1e3, overlapped)
+            self.overhead.step((now - last) / 1e3, overlapped or self.recording or self._recorded_since_step)
+            self._recorded_since_step = self.recording
+            self.steps_seen_any = True
             self._busy_since_step = False
             self._last_step = now
             if self.recording:
@@ -299,7 +364,7 @@ class Recording:
             if w is not None and self.window_due:
                 return "window"
             return None
-        if w is not None and self.ready_for_next():
+        if w is not None and self.ready_for_next(now):
             return "resume"
         return None
 

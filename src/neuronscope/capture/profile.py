@@ -521,6 +521,7 @@ class _Capture:
         taken = session.cut(self, take=self._windowed is not None)
         if taken is None:
             return
+        rec.overhead.add(time.monotonic_ns() - now)  # torch's stop: synchronous, and it holds the GIL
         ended_by = rec.window_reason if action == "window" else action
         rec.session_ended(now, action)
         if self._windowed is not None:

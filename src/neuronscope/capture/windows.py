@@ -107,6 +107,7 @@ class WindowedRun:
 
         written = False
         index = w.index
+        t0 = time.monotonic_ns()
         try:
             if not segments:
                 self._lost(w, "nothing was recorded in it (the profiler returned no events)")
@@ -124,6 +125,7 @@ class WindowedRun:
             _stats.contain(f"analysing window {index}", exc, name=self.name)
             self._lost(w, f"its analysis failed ({type(exc).__name__}: {exc})")
         finally:
+            self.recording.overhead.add(time.monotonic_ns() - t0)  # analysis competes with the program
             if not written:
                 release_segments(segments)
                 _give_back_memory()
@@ -283,6 +285,7 @@ class WindowedRun:
         timed = rec.steps.timed()
         # the run's steps (every step timed, recorded or not) on the running fold: one part, no re-fold
         diagnosis = fold_diagnoses([running], timed=timed if timed.count else None, window_indexes=[0], summary=summary)
+        added_ns, basis = rec.overhead.measured()
         coverage = Coverage(
             wall_ns=max(end_ns - start_ns, 0),
             recorded_ns=rec.recorded_total_ns(time.monotonic_ns()) if stopped is None else rec.recorded_ns,
@@ -297,6 +300,8 @@ class WindowedRun:
             ended_by=ended_by,
             lost=lost,
             recorded_steps=recorded_steps,
+            overhead_ns=added_ns,
+            overhead_basis=basis,
         )
         summary = replace(summary, notes=(*summary.notes, "profiled in windows: " + coverage.line()))
         from ..result import DeviceFacts

@@ -184,6 +184,14 @@ def _apply_run_options(opts: RunOptions) -> None:
     help="Raw traces kept besides the first window's: the K slowest windows'.",
 )
 @click.option(
+    "--overhead",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SHARE",
+    help="Bound what the windows add to the script's wall time (0.25: 25 %%): the next window waits until "
+    "the run is within it. Default: no bound (the most coverage; ~2x on a small training loop).",
+)
+@click.option(
     "--no-windows", is_flag=True, help="Profile the script as one window (up to the event budget) instead of folding windows."
 )
 @click.option(
@@ -212,6 +220,7 @@ def run(
     window_steps: int | None,
     window_seconds: float | None,
     keep: int,
+    overhead: float | None,
     no_windows: bool,
     record_shapes: bool,
     with_stack: bool,
@@ -248,12 +257,12 @@ def run(
         return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
     if neuron_inspect:
         return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
-    if no_windows and (window_steps or window_seconds):
-        raise click.UsageError("--no-windows with --window-steps/--window-seconds: choose one")
+    if no_windows and (window_steps or window_seconds or overhead):
+        raise click.UsageError("--no-windows with --window-steps/--window-seconds/--overhead: choose one")
     windows = None
     if not no_windows:
         seconds = window_seconds if window_seconds is not None else (None if window_steps else DEFAULT_WINDOW_SECONDS)
-        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep)
+        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep, overhead=overhead)
     try:
         # all_threads: the whole program, and profiles the script opens on any thread nest into it
         # torch records no allocator records when it profiles all threads (torch 2.x), so with

@@ -1,0 +1,60 @@
+"""``Windows(overhead=...)``: what the windows add to a run is measured, reported, and bounded
+(issue 36.2). A real training loop (optimizer steps are the steps) profiled in windows of 3
+steps, once without a bound and once with a tight one: the bound must leave pauses of untouched
+steps between windows (the baseline the cost is measured against), record fewer steps, and the
+run must say what neuronscope added."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import neuronscope as ns
+from neuronscope.capture.budget import Overhead
+
+
+def _train(out, overhead: float | None, steps: int = 90):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 128)
+    windows = ns.Windows(steps=3, keep=0, overhead=overhead)
+    with ns.profile_neuron(name=f"ov{overhead}", output_dir=out, device="cpu", windows=windows) as run:
+        for _ in range(steps):
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    assert run.wait(120) and run.path is not None, run
+    return run, json.loads((run.path / "windows.json").read_text())
+
+
+def test_a_tight_bound_pauses_between_windows_and_says_what_it_cost(tmp_path):
+    free, free_rows = _train(tmp_path / "free", None)
+    bound, bound_rows = _train(tmp_path / "bound", 0.05)
+    for run in (free, bound):
+        cov = run.coverage
+        assert cov is not None and cov.steps == 90
+        assert cov.overhead_basis in ("steps", "stops and analysis") and cov.overhead_ns >= 0
+        assert "neuronscope added" in cov.line()
+    # without a bound a window starts as soon as the last is analysed; with one, recording waits
+    assert bound.coverage.recorded_steps < free.coverage.recorded_steps
+    assert len(bound_rows["windows"]) < len(free_rows["windows"])
+    # every pause of the bounded run holds at least the untouched steps its baseline needs
+    rows = sorted(bound_rows["windows"], key=lambda r: r["window"])
+    assert all(b["start_ns"] > a["end_ns"] for a, b in zip(rows, rows[1:]))
+    assert bound.coverage.steps - bound.coverage.recorded_steps >= Overhead.QUIET_NEEDED * (len(rows) - 1)
+
+
+def test_the_figure_survives_the_run_directory(tmp_path):
+    run, _ = _train(tmp_path, None, steps=30)
+    loaded = ns.load_run(run.path)
+    assert loaded.coverage is not None
+    assert (loaded.coverage.overhead_ns, loaded.coverage.overhead_basis) == (run.coverage.overhead_ns, run.coverage.overhead_basis)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, "a", True])
+def test_a_bad_bound_is_a_clear_error(bad):
+    with pytest.raises(ns.ConfigurationError, match="overhead"):
+        ns.Windows(steps=3, overhead=bad)
