@@ -126,7 +126,12 @@ def _extra_copy_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("extra_copy", message=_extra_copy_message, adds=("copies",))
+@rule(
+    "extra_copy",
+    message=_extra_copy_message,
+    adds=("copies",),
+    model="no copy: the copies' device time",
+)
 def extra_copy(ctx: Context) -> list:
     if ctx.device == "cpu" or not any(n in _COPY_TO for n in ctx.trace.names):
         return []
@@ -171,7 +176,12 @@ def _forloop_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("forloop_indexing", message=_forloop_message, adds=("loops",))
+@rule(
+    "forloop_indexing",
+    message=_forloop_message,
+    adds=("loops",),
+    model="vectorise: the loop's span unprofiled less one iteration (one op over the whole tensor)",
+)
 def forloop_indexing(ctx: Context) -> list:
     loops = vectorisable_loops(ctx)
     found = []
@@ -272,17 +282,14 @@ _PASSES = {
 }
 
 
-@rule("optimizer_single_tensor", message=_optimizer_message, adds=("steps", "between_tensor_ops_us", "step_us", "foreach_saves_us"))
+@rule(
+    "optimizer_single_tensor", message=_optimizer_message, adds=("steps", "between_tensor_ops_us", "step_us", "foreach_saves_us")
+)
 def optimizer_single_tensor(ctx: Context) -> list:
     trace = ctx.trace
     single_py = [n for n in trace.names if re.search(r"_single_tensor_(adam|adamw|sgd)\b", n)]
     tree = _tree(ctx) if any(_OPT_STEP.match(n) for n in trace.names) or single_py else None
-    found: dict[str, list[int]] = defaultdict(list)
-    if tree is not None:
-        for i, name in enumerate(tree.name):
-            m = _OPT_STEP.match(name)
-            if m and _steps_one_tensor_at_a_time(m.group(1), [tree.name[j] for j in tree.descendants(i)]):
-                found[m.group(1)].append(i)
+    found = single_tensor_steps(ctx) if tree is not None else {}
     if not found and not single_py:
         return []
     steps = [i for v in found.values() for i in v]
@@ -348,6 +355,34 @@ def _fused_saves_us(ctx: Context, tree: _Tree, steps: list[int], optimizers: lis
     return (dispatch * len(kids) + float(streaming[moving].sum()) * (1 - kept)) / 1e3
 
 
+def single_tensor_steps(ctx: Context) -> dict[str, list[int]]:
+    """The optimizer steps that update their tensors one at a time: optimizer -> tree nodes
+    (cached on the context)."""
+    cached = ctx.facts.get("_single_tensor_steps")
+    if cached is not None:
+        return cached
+    found: dict[str, list[int]] = defaultdict(list)
+    if any(_OPT_STEP.match(n) for n in ctx.trace.names):
+        tree = _tree(ctx)
+        for i, name in enumerate(tree.name):
+            m = _OPT_STEP.match(name)
+            if m and _steps_one_tensor_at_a_time(m.group(1), [tree.name[j] for j in tree.descendants(i)]):
+                found[m.group(1)].append(i)
+    ctx.facts["_single_tensor_steps"] = dict(found)
+    return ctx.facts["_single_tensor_steps"]
+
+
+def single_tensor_step_spans(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the single-tensor optimizer steps: what ``optimizer_single_tensor`` claims."""
+    steps = [i for v in single_tensor_steps(ctx).values() for i in v]
+    if not steps:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    pos = _tree(ctx).pos[steps]
+    order = np.argsort(ctx.trace.start_ns[pos])
+    start = ctx.trace.start_ns[pos][order]
+    return start, start + ctx.trace.duration_ns[pos][order]
+
+
 def _steps_one_tensor_at_a_time(optimizer: str, inside: list[str]) -> bool:
     """An optimizer step that updates its tensors one by one: no foreach/fused kernels inside,
     not a wrapper (torchrec's CombinedOptimizer) around optimizers judged on their own, and
@@ -374,7 +409,12 @@ def _dataloader_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("sync_dataloader", message=_dataloader_message, adds=("batches", "exposed_data_wait_us"))
+@rule(
+    "sync_dataloader",
+    message=_dataloader_message,
+    adds=("batches", "exposed_data_wait_us"),
+    model="prefetch: the time the loop waited for data",
+)
 def sync_dataloader(ctx: Context) -> list:
     trace = ctx.trace
     ids = [i for i, n in enumerate(trace.names) if "_SingleProcessDataLoaderIter" in n]
@@ -397,7 +437,12 @@ def _data_wait_message(ev: dict[str, Any], words: MessageContext) -> str:
     return f"the loop waits for data: {ev['exposed_data_wait_us'] / 1e3:.3f} ms of the recorded time — {ev['fix']}"
 
 
-@rule("data_wait", message=_data_wait_message, adds=("exposed_data_wait_us",))
+@rule(
+    "data_wait",
+    message=_data_wait_message,
+    adds=("exposed_data_wait_us",),
+    model="prefetch: the time the loop waited for data",
+)
 def data_wait(ctx: Context) -> list:
     """The loop waits for its data loader (whatever its num_workers): the ``data`` idle time."""
     tl = ctx.timeline
@@ -430,7 +475,12 @@ def _grad_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("grad_not_set_to_none", message=_grad_message, adds=("tensors_zeroed", "zeroing_us", "accumulating_us"))
+@rule(
+    "grad_not_set_to_none",
+    message=_grad_message,
+    adds=("tensors_zeroed", "zeroing_us", "accumulating_us"),
+    model="set_to_none: the zeroing ops' time and the accumulation into the zeroed gradients",
+)
 def grad_not_set_to_none(ctx: Context) -> list:
     if not any(_ZERO_GRAD.match(n) for n in ctx.trace.names):
         return []
@@ -469,7 +519,12 @@ def _conv_bias_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("conv_bias_before_bn", message=_conv_bias_message, adds=("convolutions",))
+@rule(
+    "conv_bias_before_bn",
+    message=_conv_bias_message,
+    adds=("convolutions",),
+    model="no bias: 5 % of the convolutions' time (the bias add)",
+)
 def conv_bias_before_bn(ctx: Context) -> list:
     trace = ctx.trace
     convs = {"aten::conv2d", "aten::convolution"}
