@@ -6,8 +6,9 @@ each round — and the median saving compared with the median claim.
     python bench/bench_advice.py [--rounds N]
 
 Prints a Markdown table (docs/performance.md, "Advice that comes true"). A claim passes when it
-is within a factor of 2 of the measured saving where that saving is significant (> 2 % of the
-run), and claims at most 2 % of the run where the fix saves nothing. Runs with one intra-op
+is within a factor of 2 of the measured saving where that saving is significant (> 5 % of the
+run), and claims at most 2 % of the run (or twice the saving) where the fix saves less. Arms
+doing CPU work are timed by the thread's CPU time (a claim leaves out waiting for a core). Runs with one intra-op
 thread (``torch.set_num_threads(1)``) so that the two arms do not fight over the two cores.
 """
 
@@ -23,7 +24,8 @@ import torch
 
 import neuronscope as ns
 
-SIGNIFICANT = 0.02  # a saving below 2 % of the run is "saves nothing" on this machine
+SIGNIFICANT = 0.05  # a saving over 5 % of the run must be claimed within 0.5-2x (issue 37)
+NOTHING = 0.02  # a saving at most 2 % of the run is "saves nothing": the claim must be at most 2 % too
 
 
 @dataclass
@@ -33,6 +35,8 @@ class Case:
     cause: Callable[[], None]
     fix: Callable[[], None]
     options: dict = field(default_factory=dict)  #: profile_neuron options for the claim
+    claim_key: str = ""  #: an evidence key holding the claim (default: the finding's us_at_stake)
+    wall: bool = False  #: time the arms by wall time (they wait: sleep, workers); else thread CPU time
 
 
 def _rmsnorm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -64,7 +68,7 @@ def cases() -> list[Case]:
             detok(1.0)
         torch.stack(vals).tolist()
 
-    out.append(Case("sync_in_loop", ".item() every step vs one read at the end (CPU)", item_cause, item_fix))
+    out.append(Case("sync_in_loop", ".item() every step vs one read at the end (CPU)", item_cause, item_fix, wall=True))
 
     # elementwise_chain: the naive RMSNorm vs torch.compile'd
     xs, ws = torch.randn(512, 1024), torch.randn(1024)
@@ -94,6 +98,68 @@ def cases() -> list[Case]:
         )
     )
 
+    # issue 37: an RMSNorm in cache, 4 a step, shapes recorded
+    xm = torch.randn(8, 128, 1024)
+    compiled(xm, torch.randn(1024))
+    wm = torch.randn(1024)
+    out.append(
+        Case(
+            "elementwise_chain",
+            "RMSNorm (8,128,1024) fp32 x4 vs torch.compile (in cache), record_shapes=True",
+            lambda: [_rmsnorm(xm, wm) for _ in range(4)] and None,
+            lambda: [compiled(xm, wm) for _ in range(4)] and None,
+            {"record_shapes": True},
+        )
+    )
+
+    # optimizer_single_tensor: single-tensor vs the fix the finding proposes (fused on a CPU)
+    def train(optimizer: type, layers: Callable[[], list], width: int, **options: object) -> Callable[[], None]:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(*layers())
+        opt = optimizer(m.parameters(), **options)
+        inp = torch.randn(8, width)
+
+        def run() -> None:
+            for _ in range(5):
+                m(inp).sum().backward()
+                opt.step()
+                opt.zero_grad()
+
+        return run
+
+    def small() -> list:
+        return [torch.nn.Linear(32, 32) for _ in range(100)]
+
+    def mlp() -> list:
+        return [torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)]
+
+    adam = torch.optim.Adam
+    out.append(
+        Case(
+            "optimizer_single_tensor",
+            "Adam, 100 x Linear(32), foreach=False vs fused=True (5 steps)",
+            train(adam, small, 32, foreach=False),
+            train(adam, small, 32, fused=True),
+        )
+    )
+    out.append(
+        Case(
+            "optimizer_single_tensor",
+            "the same, foreach=False vs True (claim: evidence foreach_saves_us)",
+            train(adam, small, 32, foreach=False),
+            train(adam, small, 32, foreach=True),
+            claim_key="foreach_saves_us",
+        )
+    )
+    out.append(
+        Case(
+            "optimizer_single_tensor",
+            "AdamW, 3-layer MLP 256-512-512-10, foreach=False vs fused=True",
+            train(torch.optim.AdamW, mlp, 256, foreach=False),
+            train(torch.optim.AdamW, mlp, 256, fused=True),
+        )
+    )
+
     # optimizer_single_tensor: SGD foreach=False vs True (CPU: torch's foreach loops per tensor)
     def sgd(foreach: bool) -> Callable[[], None]:
         m = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
@@ -108,7 +174,15 @@ def cases() -> list[Case]:
 
         return run
 
-    out.append(Case("optimizer_single_tensor", "SGD foreach=False vs True (6 Linear, 10 steps)", sgd(False), sgd(True)))
+    out.append(
+        Case(
+            "optimizer_single_tensor",
+            "SGD foreach=False vs True (6 Linear, 10 steps)",
+            sgd(False),
+            sgd(True),
+            claim_key="foreach_saves_us",
+        )
+    )
 
     # grad_not_set_to_none: zero_grad(set_to_none=False) vs True
     def zero(to_none: bool) -> Callable[[], None]:
@@ -124,18 +198,20 @@ def cases() -> list[Case]:
 
         return run
 
-    out.append(Case("grad_not_set_to_none", "zero_grad(set_to_none=False) vs True (8 Linear 512, 10 steps)", zero(False), zero(True)))
+    out.append(
+        Case("grad_not_set_to_none", "zero_grad(set_to_none=False) vs True (8 Linear 512, 10 steps)", zero(False), zero(True))
+    )
 
-    # forloop_indexing: a Python loop over rows vs one vectorised op
-    t = torch.randn(400, 32)
+    # forloop_indexing: a Python loop over rows vs one vectorised op (issue 37's)
+    t = torch.randn(512, 64)
 
     def loop_cause() -> None:
-        torch.stack([t[i] * 2.0 + 1.0 for i in range(t.shape[0])])
+        torch.stack([t[i] * 2 for i in range(t.shape[0])])
 
     def loop_fix() -> None:
-        t * 2.0 + 1.0
+        t * 2
 
-    out.append(Case("forloop_indexing", "per-row loop (400 rows) vs one op", loop_cause, loop_fix))
+    out.append(Case("forloop_indexing", "torch.stack([x[i] * 2 for i in rows]) (512 rows) vs x * 2", loop_cause, loop_fix))
 
     # sync_dataloader / data_wait: a slow dataset with num_workers=0 vs 2
     class Slow(torch.utils.data.Dataset):
@@ -158,16 +234,19 @@ def cases() -> list[Case]:
 
         return run
 
-    out.append(Case("sync_dataloader", "slow dataset, num_workers=0 vs 2 (8 batches)", loader(0), loader(2)))
+    out.append(Case("sync_dataloader", "slow dataset, num_workers=0 vs 2 (8 batches)", loader(0), loader(2), wall=True))
     return out
 
 
 def claimed_us(case: Case, k: int) -> float:
+    case.cause()  # the last round's post-processing freed memory: fault it back in unprofiled
     with ns.profile_neuron(name=f"{case.rule}-{k}", **case.options) as run:
         case.cause()
     ns.flush()  # post-processing runs in the background: let it finish before timing anything
     f = run.diagnosis.finding(case.rule) if run.diagnosis is not None else None
-    return f.us_at_stake if f is not None else 0.0
+    if f is None:
+        return 0.0
+    return float(f.evidence.get(case.claim_key, 0.0)) if case.claim_key else f.us_at_stake
 
 
 def measure(case: Case, rounds: int) -> tuple[float, float, float]:
@@ -183,10 +262,13 @@ def measure(case: Case, rounds: int) -> tuple[float, float, float]:
         # back in: one untimed call of each arm first, then the two in alternating order
         case.cause(), case.fix()
         arms = [(case.cause, a), (case.fix, b)]
+        # CPU work is timed by the thread's CPU time: a claim leaves out the time the thread
+        # waited for a core (contended profiles are scaled back), wall time would add it
+        clock = time.perf_counter if case.wall else time.thread_time
         for arm, out in arms if k % 2 == 0 else arms[::-1]:
-            t0 = time.perf_counter()
+            t0 = clock()
             arm()
-            out.append((time.perf_counter() - t0) * 1e6)
+            out.append((clock() - t0) * 1e6)
     return statistics.median(claims), statistics.median(a), statistics.median(b)
 
 
@@ -205,7 +287,7 @@ def main() -> int:
         if significant:
             ok = saving / 2 <= claim <= saving * 2
         else:
-            ok = claim <= SIGNIFICANT * cause_us
+            ok = claim <= max(NOTHING * cause_us, 2 * saving)
         failures += not ok
         ratio = f" ({claim / saving:.2f}x)" if significant and saving > 0 else ""
         print(

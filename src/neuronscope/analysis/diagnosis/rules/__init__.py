@@ -185,6 +185,9 @@ def make_finding(
         evidence = {**evidence, "contended": "marked"}
     share_of_window = us / max(words.window_us, 1e-9)
     evidence = {**evidence, "pct_of_window": round(100 * share_of_window, 2)}
+    spec = SPECS.get(rule_id)
+    if spec is not None and spec.model and "at_stake_model" not in evidence:
+        evidence = {**evidence, "at_stake_model": spec.model}
     if message is None:
         render = SPECS[rule_id].message
         assert render is not None, f"rule {rule_id} has no message function"
@@ -234,6 +237,9 @@ class RuleSpec:
     #: the run's findings from its folded summary, instead of adding the windows': called with the
     #: summary and an object with Context's ``finding``, ``note``, ``words`` and ``device``
     refold: Callable[[Any, Any], list[Finding]] | None = None
+    #: how the time at stake is estimated -- the model of the fix -- in short text: every finding's
+    #: ``evidence["at_stake_model"]`` (a finding that sets its own keeps it)
+    model: str = ""
 
 
 RULES: dict[str, Callable[[Context], list[Finding]]] = {}
@@ -246,10 +252,11 @@ def rule(
     message: Callable[[dict[str, Any], MessageContext], str] | None = None,
     adds: tuple[str, ...] = (),
     refold: Callable[[Any, Any], list[Finding]] | None = None,
+    model: str = "",
 ) -> Callable[[Callable[[Context], list[Finding]]], Callable[[Context], list[Finding]]]:
     def register(fn: Callable[[Context], list[Finding]]) -> Callable[[Context], list[Finding]]:
         RULES[rule_id] = fn
-        SPECS[rule_id] = RuleSpec(fn, message, adds, refold)
+        SPECS[rule_id] = RuleSpec(fn, message, adds, refold, model)
         return fn
 
     return register

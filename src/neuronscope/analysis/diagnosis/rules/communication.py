@@ -28,7 +28,12 @@ def _message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("exposed_communication", message=_message, adds=("collective_us", "exposed_us", "by_kind"))
+@rule(
+    "exposed_communication",
+    message=_message,
+    adds=("collective_us", "exposed_us", "by_kind"),
+    model="overlap: the collectives' time that no compute overlaps (their own time stays)",
+)
 def exposed_communication(ctx: Context) -> list:
     comm = ctx.communication
     tl = ctx.timeline

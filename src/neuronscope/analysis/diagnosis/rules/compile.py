@@ -25,7 +25,12 @@ def _message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("compile_in_window", message=_message, adds=("compile_us",))
+@rule(
+    "compile_in_window",
+    message=_message,
+    adds=("compile_us",),
+    model="warm-up: the compile time inside the window (paid once, outside a warmed-up profile)",
+)
 def compile_in_window(ctx: Context) -> list:
     tl, trace = ctx.timeline, ctx.trace
     compile_ns = int((tl.compile_e - tl.compile_s).sum())

@@ -27,7 +27,12 @@ def _message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("launch_bound_loop", message=_message, adds=("ops", "launch_idle_us"))
+@rule(
+    "launch_bound_loop",
+    message=_message,
+    adds=("ops", "launch_idle_us"),
+    model="batching: the dispatch/launch gaps between the short ops (less those inside loops and optimizer steps other rules claim)",
+)
 def launch_bound_loop(ctx: Context) -> list:
     tl = ctx.timeline
     if not tl.window_ns or tl.top_ops.size < _MIN_OPS:
@@ -36,9 +41,12 @@ def launch_bound_loop(ctx: Context) -> list:
     launch_ns = int(tl.gap_ns()[launch].sum())
     # a Python loop that indexes a tensor item by item is forloop_indexing's (vectorise it): the
     # dispatch gaps inside it are part of that claim, not a second one
-    from .tidy import loop_spans
+    # and so is the Python loop of a single-tensor optimizer step (optimizer_single_tensor's)
+    from .tidy import loop_spans, single_tensor_step_spans
 
     loops_s, loops_e = loop_spans(ctx)
+    steps_s, steps_e = single_tensor_step_spans(ctx)
+    loops_s, loops_e = np.concatenate([loops_s, steps_s]), np.concatenate([loops_e, steps_e])
     if loops_s.size:
         from ...intervals import overlap_with, union
 
@@ -62,9 +70,12 @@ def launch_bound_loop(ctx: Context) -> list:
     if share < _MIN_SHARE or median >= _MAX_MEDIAN_NS:
         return []
     n = int(durations.size)
-    fix = "batch the work into fewer, bigger ops (vectorise the loop), or torch.compile it" + (
-        "; on CUDA, CUDA graphs (torch.compile(mode='reduce-overhead'))" if ctx.device == "cuda" else ""
-    )
+    # code that is compiled already is not told to compile (issue 37): its graphs are small
+    fix = (
+        "batch the work into fewer, bigger calls (the compiled graphs here are small: compile a larger region, the whole step)"
+        if _mostly_compiled(ctx)
+        else "batch the work into fewer, bigger ops (vectorise the loop), or torch.compile it"
+    ) + ("; on CUDA, CUDA graphs (torch.compile(mode='reduce-overhead'))" if ctx.device == "cuda" else "")
     return [
         ctx.finding(
             "launch_bound_loop",
@@ -73,3 +84,15 @@ def launch_bound_loop(ctx: Context) -> list:
             {"ops": n, "median_op_us": round(median / 1e3, 3), "launch_idle_us": round(launch_ns / 1e3, 3), "fix": fix},
         )
     ]
+
+
+def _mostly_compiled(ctx: Context) -> bool:
+    """At least half the top-level ops are torch.compile's graphs (or their compiled regions)."""
+    from ....trace.kinds import compiled_graph_call_ids
+
+    names = ctx.trace.names
+    compiled = set(compiled_graph_call_ids(names)) | {i for i, n in enumerate(names) if n.startswith("Torch-Compiled Region")}
+    if not compiled:
+        return False
+    top = ctx.timeline.top_ops
+    return bool(top.size) and float(np.isin(ctx.trace.name_id[top], list(compiled)).mean()) >= 0.5

@@ -43,7 +43,12 @@ def _fallback_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("neuron_cpu_fallback", message=_fallback_message, adds=("ops", "host_us"))
+@rule(
+    "neuron_cpu_fallback",
+    message=_fallback_message,
+    adds=("ops", "host_us"),
+    model="device op: the host time of the ops that ran on the CPU fallback",
+)
 def neuron_cpu_fallback(ctx: Context) -> list:
     s = ctx.summary
     if ctx.device != "neuron" or s is None or not any(r.device_time_us > 0 for r in s.rows):
@@ -80,7 +85,12 @@ def _recompilation_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("neuron_recompilation", message=_recompilation_message, adds=("neffs_per_op",))
+@rule(
+    "neuron_recompilation",
+    message=_recompilation_message,
+    adds=("neffs_per_op",),
+    model="one graph: the compile time of the extra NEFFs",
+)
 def neuron_recompilation(ctx: Context) -> list:
     if ctx.device != "neuron":
         return []
@@ -113,7 +123,12 @@ def _schedule_message(ev: dict[str, Any], words: MessageContext) -> str:
     )
 
 
-@rule("neuron_schedule_gap", message=_schedule_message, adds=("executions",))
+@rule(
+    "neuron_schedule_gap",
+    message=_schedule_message,
+    adds=("executions",),
+    model="runtime wait: the median scheduling delay of each execution",
+)
 def neuron_schedule_gap(ctx: Context) -> list:
     if ctx.device != "neuron":
         return []

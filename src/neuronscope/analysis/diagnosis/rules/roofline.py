@@ -46,6 +46,12 @@ _MEMORY_FIX = {
     "attention": "use a fused attention kernel (scaled_dot_product_attention) and batch more queries per call",
     "conv": "batch more images per call, or a channels-last layout",
 }
+#: the frameworks' fused norm ops: a call of one is not told to use a fused norm
+_FUSED_NORMS = frozenset(
+    "aten::" + n
+    for n in "rms_norm _fused_rms_norm layer_norm native_layer_norm group_norm native_group_norm batch_norm "
+    "native_batch_norm _batch_norm_impl_index _native_batch_norm_legit".split()
+)
 _COMPUTE_FIX = {
     "gemm": "a faster kernel: dimensions that are multiples of 64-128, fewer and larger calls",
     "conv": "a faster kernel: channels-last layout, channel counts that are multiples of 8-64",
@@ -166,7 +172,10 @@ def _best_peer(r: Any, scored: list, total_us: float) -> Any:
 def _finding(out: _Out, r: Any, peer: Any, expected: float | None, saving: float, limits: Any) -> Any:
     rf, work = r.roofline, r.work
     family = work.family if work is not None else ""
-    if rf.bound == "memory":
+    if rf.bound == "memory" and r.name in _FUSED_NORMS:
+        # already the framework's fused op: not told to use it (issue 37)
+        fix = "the framework's fused norm already: torch.compile the code around it (to fuse it with its neighbours), or move fewer bytes (a lower precision)"
+    elif rf.bound == "memory":
         fix = _MEMORY_FIX.get(family, "move fewer bytes, or fuse it with its neighbours")
     else:
         fix = _COMPUTE_FIX.get(family, "a faster kernel for this op") + _low_precision(family, out.device, limits)

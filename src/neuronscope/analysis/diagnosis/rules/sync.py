@@ -32,7 +32,12 @@ def _message(ev: dict[str, Any], words: MessageContext) -> str:
     return f"{n} host-device syncs{per} — {ops}{at}: keep values on the device, read them back every N steps, or use non_blocking copies"
 
 
-@rule("sync_in_loop", message=_message, adds=("syncs", "by_op", "sync_idle_us", "host_time_in_syncs_us", "own_time_us"))
+@rule(
+    "sync_in_loop",
+    message=_message,
+    adds=("syncs", "by_op", "sync_idle_us", "host_time_in_syncs_us", "own_time_us"),
+    model="run ahead: the smaller of the host time blocked in the syncs and the idle time they opened (on a CPU: the reads' own time)",
+)
 def sync_in_loop(ctx: Context) -> list:
     tl, trace = ctx.timeline, ctx.trace
     if tl.mode != "device":
