@@ -142,6 +142,9 @@ def mlp(args: argparse.Namespace) -> None:
     print(f"MLP script, {args.steps} steps, neuronscope run {' '.join(args.extra) or '(defaults)'}; median of {args.rounds}")
     print(f"  training loop unprofiled {loop_plain:.2f} s, profiled {loop_prof:.2f} s: slowdown x{loop_prof / loop_plain:.2f}")
     print(f"  recorded {wall_pct:.0f}% of the wall time, {steps_pct:.0f}% of the steps, in {windows:.0f} windows; ended by: {ended}")
+    said = [100.0 * c.get("overhead_ns", 0) / max(c.get("wall_ns", 1), 1) for c in covs]
+    bases = sorted({str(c.get("overhead_basis", "")) for c in covs})
+    print(f"  the run said neuronscope added {statistics.median(said):.0f}% of its wall time (basis: {', '.join(bases)})")
 
 
 def soak(args: argparse.Namespace) -> None:

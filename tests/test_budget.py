@@ -3,6 +3,8 @@ and when the wake signal may act on the main thread."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sys
 
 import pytest
@@ -64,6 +66,10 @@ def test_coverage_says_what_was_recorded_and_reads_back():
     assert "1 window lost (windows.json says why)" in line
     assert "event budget of 250,000 events (max_events)" in line and line.endswith("raw traces kept: window 1, 4")
     assert Coverage.from_dict(cov.to_dict()) == cov
+    # what neuronscope added to the run, and how it was measured
+    timed = replace(cov, overhead_ns=3_000_000_000, overhead_basis="steps")
+    assert "neuronscope added 3.0 s (10% of the wall time, from step times)" in timed.line()
+    assert "neuronscope added" not in cov.line() and Coverage.from_dict(timed.to_dict()) == timed
 
 
 def test_the_wake_signal_acts_in_user_code_only():

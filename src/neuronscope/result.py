@@ -129,12 +129,12 @@ class Coverage:
                     f"{_ENDED_BY.get(k, k)} {n}" for k, n in sorted(self.ended_by.items(), key=lambda kv: -kv[1])
                 )
             text += "; paused while each was analysed)"
-        if self.overhead_basis:
-            pct = 100.0 * self.overhead_ns / self.wall_ns if self.wall_ns > 0 else 0.0
-            how = "from step times" if self.overhead_basis == "steps" else "its stops and analysis, at least"
-            text += f"; neuronscope added {self.overhead_ns / 1e9:.1f} s ({pct:.0f}% of the wall time, {how})"
             if self.lost:
                 text += f"; {self.lost} window{'s' if self.lost > 1 else ''} lost (windows.json says why)"
+        if self.overhead_basis:
+            pct = 100.0 * self.overhead_ns / self.wall_ns if self.wall_ns > 0 else 0.0
+            how = "from step times" if self.overhead_basis == "steps" else "estimated from its stops and analysis"
+            text += f"; neuronscope added {self.overhead_ns / 1e9:.1f} s ({pct:.0f}% of the wall time, {how})"
         if self.stopped == "budget":
             text += f"; recording stopped at the event budget of {self.max_events:,} events ({self.budget_source})"
         elif self.stopped == "duration":

@@ -62,7 +62,9 @@ def test_a_limit_stops_recording_and_the_script_runs_on(tmp_path, options, stopp
     assert cov["recorded_ns"] < cov["wall_ns"] / 2
     run_dir = next((tmp_path / "runs").iterdir())
     mm = next(r for r in _summary(run_dir)["rows"] if r["name"] == "aten::mm")
-    assert 0 < mm["calls"] < 20 * script_steps / 2  # what was recorded, not the whole run
+    # what was recorded, not the whole run (not "half of the steps": on a loaded machine the steps
+    # after the stop, beside its processing, can be far slower than the recorded ones)
+    assert 0 < mm["calls"] < 20 * script_steps
     if stopped == "steps":
         assert mm["calls"] == 20 * 5
 

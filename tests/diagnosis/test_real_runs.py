@@ -52,8 +52,11 @@ def test_torch_rms_norm_has_no_elementwise_finding(big):
 
 def test_compiled_rmsnorm_shows_compilation_on_the_first_call_only(big):
     x, w = big
+    # a cold compile whatever ran before: with Inductor's FX graph cache warm (an earlier test
+    # compiled this function) the "first" call loads the kernel in ~0.2 s, not compiles it
+    torch._dynamo.reset()
     fn = torch.compile(rmsnorm_naive)
-    with ns.profile_neuron(name="first") as first:
+    with torch._inductor.config.patch(fx_graph_cache=False), ns.profile_neuron(name="first") as first:
         fn(x, w)
     with ns.profile_neuron(name="second") as second:
         fn(x, w)
@@ -111,7 +114,9 @@ def test_item_in_the_loop_on_a_cpu_is_not_a_sync(xw):
     assert d.bound_by == "host", d.headline()
     assert d.finding("sync_in_loop") is None
     assert d.idle_us_by_class["sync"] == 0.0
-    assert all(s.bound_by == "host" for s in d.steps.per_step[1:])
+    # no step is called sync-bound (a step whose ops a busy machine preempted may read as
+    # device-bound on a CPU: that is the ops' time, not a sync)
+    assert not any(s.bound_by == "sync" for s in d.steps.per_step)
 
 
 def test_many_tiny_ops_are_launch_bound(xw):

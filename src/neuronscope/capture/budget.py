@@ -225,6 +225,8 @@ class Recording:
         self.steps_seen = False  #: ns.step() was called (optimizer steps then are not steps)
         self.steps = StepTimes()  #: every step's wall time, recorded or not (bounded)
         self.overhead = Overhead()  #: what neuronscope added to the run so far
+        self.events_per_step: float | None = None  #: learned from analysed windows (calibrate)
+        self.events_per_second: float | None = None
         self._last_step: int | None = None
         self._busy_since_step = False  #: the workers ran since the last step (set by the watchdog)
         self._recorded_since_step = True  #: recording ran during the step now running (it may have stopped in it)
@@ -234,24 +236,37 @@ class Recording:
     def session_events(self, now: int) -> int:
         """Events recorded by the running session so far (an estimate; see the module doc).
 
-        Once a window (or run) of this profile was counted, its true events per second: the same
-        code records alike, and the program's own allocations are no events. Before that, the
-        process's RSS growth at ~240 B an event while torch records -- the memory the budget
-        guards, the program's allocations included (the rate a first session reaches is no
-        guide: a thread that waits for a core, spins in an OpenMP barrier or runs torch's lazy
-        first-call set-up makes few events per second of wall or CPU time). Without an RSS
-        reading, the fastest eager rate of one thread."""
+        Once a window of this profile was counted (:meth:`calibrate`): its events per step, times
+        the steps of this window -- the same code records alike steps, and a step is a steadier
+        unit than a second (a first window spends its time setting up) -- or, without steps, its
+        events per second. Before that, the process's RSS growth at ~240 B an event, capped at the
+        fastest eager rate of one thread: the program's own allocations (a model's first forward,
+        an optimizer's state) grow RSS by tens of MB in a tenth of a second, which alone would end
+        a first window after a few hundred events and teach the next one a rate 100x too low."""
         from . import session
 
         elapsed_s = max(now - self.session_started, 0) / 1e9
-        learned = _worker.backlog.learned_rate(self.capture.name)
+        if self.events_per_step is not None and self.steps_seen_any:
+            return int(self.events_per_step * (self.window_steps + 1))
+        learned = self.events_per_second or _worker.backlog.learned_rate(self.capture.name)
         if learned is not None:
             return int(learned * elapsed_s)
+        by_rate = int(FIRST_EVENT_RATE * elapsed_s)
         owner, _, rss_at_start = session.recording_since()
         rss = session._rss()
         if owner is None or rss is None or not rss_at_start:
-            return int(FIRST_EVENT_RATE * elapsed_s)
-        return int(max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT)
+            return by_rate
+        return min(by_rate, int(max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
+
+    def calibrate(self, events: int, steps: int, duration_ns: int) -> None:
+        """A window was analysed: its true event count teaches the estimate of the next ones
+        (windows of >= 3 steps teach events per step; of >= 0.2 s, events per second)."""
+        if events <= 0:
+            return
+        if steps >= 3:
+            self.events_per_step = events / steps
+        if duration_ns >= 200_000_000:
+            self.events_per_second = events * 1e9 / duration_ns
 
     def recorded_total_ns(self, now: int) -> int:
         with self.lock:

@@ -355,6 +355,7 @@ class _Capture:
         self._torch_ns = 0  # time inside torch's start/stop (not ours)
         self._torch_cpu_ns = 0
         self._callback_ns = 0  # time spent in _on_trace_ready (inside torch's stop/step)
+        self._ended_mono_ns = 0  # when the profile ended (monotonic): the last window's end
         self._callback_cpu_ns = 0
         self.first_call = False  # set by the decorator for its first profiled call
         self.call_index = 0  # the n-th call of this profile name in this process (for multi-rank traces)
@@ -601,6 +602,7 @@ class _Capture:
         run = self.run
         t_end, c_end = time.perf_counter_ns(), time.thread_time_ns()
         run.end_ns = time.time_ns()
+        self._ended_mono_ns = time.monotonic_ns()  # recording ends here, not after torch's stop below
         if isinstance(exc, Terminated):
             # the process was asked to stop: the profile covers until then, the code did not fail
             run.warn("stopped by SIGTERM: the profile covers the time until the process was asked to stop")
@@ -679,7 +681,7 @@ class _Capture:
         rec, windowed = self.recording, self._windowed
         assert rec is not None and windowed is not None
         was_recording = rec.recording
-        rec.session_ended(time.monotonic_ns(), "end")
+        rec.session_ended(self._ended_mono_ns, "end")
         taken = list(segments)
         self.segments.clear()
         if taken:

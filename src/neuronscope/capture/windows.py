@@ -16,9 +16,12 @@ analysed or written; disk: 1 + ``keep`` traces.
 
 from __future__ import annotations
 
+import gc
 import shutil
-from collections import Counter
 import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -114,7 +117,8 @@ class WindowedRun:
                 return
             window = Run(self.name, self.device, capture=CaptureFacts(cpu_contention=w.cpu))
             window.start_ns, window.end_ns = w.start_ns, w.end_ns
-            analysis = _analysis(window, segments, replace(options, window=index))
+            with collections_paused():
+                analysis = _analysis(window, segments, replace(options, window=index))
             self._fold(w, analysis)
             if self._keeps(index, analysis):
                 _worker.output_worker().submit(lambda: self._write(index, segments, analysis))
@@ -125,7 +129,8 @@ class WindowedRun:
             _stats.contain(f"analysing window {index}", exc, name=self.name)
             self._lost(w, f"its analysis failed ({type(exc).__name__}: {exc})")
         finally:
-            self.recording.overhead.add(time.monotonic_ns() - t0)  # analysis competes with the program
+            if w.ended_by != "end":  # analysis competes with the program (the last one runs after it)
+                self.recording.overhead.add(time.monotonic_ns() - t0)
             if not written:
                 release_segments(segments)
                 _give_back_memory()
@@ -155,6 +160,7 @@ class WindowedRun:
         }
         if d is None:
             row["lost"] = "its diagnosis failed: its ops are in the summary, not in the diagnosis"
+        self.recording.calibrate(events, w.steps, w.end_ns - w.start_ns)
         with self._lock:
             self.events += events
             self._rows.append(row)
@@ -204,45 +210,51 @@ class WindowedRun:
         return self.run_dir
 
     def _write(self, index: int, segments: list[Any], analysis: Analysis) -> None:
-        from ..sinks.rundir import write_json, write_trace, write_trace_model
         from .processing import release_segments
 
         try:
             root = self._dir()
             if root is None:
                 return
-            where = root / WINDOWS_DIR / f"{index:04d}"
-            where.mkdir(mode=0o700, parents=True, exist_ok=True)
-            summary = analysis.summary.to_dict() if analysis.summary is not None else {}
-            if analysis.diagnosis is not None:
-                summary["diagnosis"] = analysis.diagnosis.to_dict()
-            write_json(where / "summary.json", summary)
-            meta = {"neuronscope_device": self.device, "neuronscope_window": index}
-            written = False
-            if len(segments) == 1 and segments[0].results is not None:
-                try:
-                    write_trace(segments[0].results, where / "trace.json.gz", meta, saved=segments[0].saved_json)
-                    written = True
-                except RuntimeError:  # Kineto saves once: a device exporter (TorchNeuron) saved it already
-                    written = False
-            if not written and analysis.trace is not None:
-                write_trace_model(analysis.trace, where / "trace.json.gz", meta)
-            with self._lock:
-                self.kept.append(index)
-                self._rows.pin(index)
-                evicted = [k for k in self.kept if k != 1 and k not in self._kept_scores]
-                self.kept = [k for k in self.kept if k not in evicted]
-                for k in evicted:
-                    self._rows.unpin(k)
-            for k in evicted:  # displaced by a slower window
-                shutil.rmtree(root / WINDOWS_DIR / f"{k:04d}", ignore_errors=True)
-            self._write_index()
+            with collections_paused():
+                self._write_files(root, index, segments, analysis)
         except Exception as exc:  # noqa: BLE001 - the window's summary is still folded
             _stats.contain(f"writing window {index}", exc, name=self.name)
         finally:
             release_segments(segments)
             _give_back_memory()
             self._window_done()
+
+    def _write_files(self, root: Path, index: int, segments: list[Any], analysis: Analysis) -> None:
+        """A kept window's summary and raw trace, displacing the kept trace it outranks."""
+        from ..sinks.rundir import write_json, write_trace, write_trace_model
+
+        where = root / WINDOWS_DIR / f"{index:04d}"
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        summary = analysis.summary.to_dict() if analysis.summary is not None else {}
+        if analysis.diagnosis is not None:
+            summary["diagnosis"] = analysis.diagnosis.to_dict()
+        write_json(where / "summary.json", summary)
+        meta = {"neuronscope_device": self.device, "neuronscope_window": index}
+        written = False
+        if len(segments) == 1 and segments[0].results is not None:
+            try:
+                write_trace(segments[0].results, where / "trace.json.gz", meta, saved=segments[0].saved_json)
+                written = True
+            except RuntimeError:  # Kineto saves once: a device exporter (TorchNeuron) saved it already
+                written = False
+        if not written and analysis.trace is not None:
+            write_trace_model(analysis.trace, where / "trace.json.gz", meta)
+        with self._lock:
+            self.kept.append(index)
+            self._rows.pin(index)
+            evicted = [k for k in self.kept if k != 1 and k not in self._kept_scores]
+            self.kept = [k for k in self.kept if k not in evicted]
+            for k in evicted:
+                self._rows.unpin(k)
+        for k in evicted:  # displaced by a slower window
+            shutil.rmtree(root / WINDOWS_DIR / f"{k:04d}", ignore_errors=True)
+        self._write_index()
 
     def _write_index(self) -> None:
         """windows.json and the fold so far, so a run killed mid-way still reads (output worker)."""
@@ -412,3 +424,22 @@ def _give_back_memory() -> None:
 
         gc.collect()
         _libc.malloc_trim(0)
+
+
+@contextmanager
+def collections_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a window is read, analysed or written.
+
+    Reading a window makes hundreds of thousands of objects: each allocation burst triggers a
+    full collection that walks the whole process's heap (the program's model and torch's
+    objects too) holding the GIL -- 125-155 ms each, several per window, during which the
+    program's thread stood still (a 4-layer MLP under 250,000-event windows). One collection
+    after the window costs the program one such pause, not several. Process-wide, restored in
+    ``finally``; a program that turned the collector off keeps it off."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
