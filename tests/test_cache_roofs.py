@@ -218,6 +218,7 @@ def _sysfs_caches() -> list[tuple[int, int]]:
     return sorted(out.items())
 
 
+@pytest.mark.timing
 def test_measured_levels_are_this_cpus_caches_and_faster_than_its_memory():
     sysfs = _sysfs_caches()
     if not sysfs:
@@ -239,6 +240,7 @@ def test_measured_levels_are_this_cpus_caches_and_faster_than_its_memory():
     assert max(bw for _, bw in measured.values()) >= 1.5 * dram, limits.line()
 
 
+@pytest.mark.timing
 def test_on_this_cpu_a_small_and_a_large_op_sit_at_different_levels_within_their_roofs():
     small, big = torch.randn(2048), torch.randn(BIG)  # 16 KiB and 128 MiB read + written a call
     small.neg(), big.mul(2.0)
@@ -286,6 +288,7 @@ def _matmul_s(dtype: torch.dtype, m: int = 512) -> float:
     return best
 
 
+@pytest.mark.timing
 def test_this_cpus_bf16_flag_agrees_with_timing_both_matmuls_here():
     limits = cl.cpu_limits()
     speedup = _matmul_s(torch.float32) / _matmul_s(torch.bfloat16)  # > 1: bf16 faster

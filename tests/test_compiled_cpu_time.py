@@ -111,6 +111,7 @@ def _graph_row(summary: Summary):
 # -- tests ------------------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("record_shapes", [False, True])
 def test_the_compiled_graph_call_is_device_time_with_and_without_shapes(compiled, xw, record_shapes):
     run, wall_us = _profile(compiled, xw, f"compiled-shapes-{record_shapes}", record_shapes)

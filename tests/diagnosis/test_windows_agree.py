@@ -78,6 +78,7 @@ def runs(tmp_path_factory) -> dict:
     return {"whole": whole, "windowed": windowed}
 
 
+@pytest.mark.timing
 def test_whole_and_windowed_give_the_same_verdict_top_finding_and_stake_per_step(runs):
     whole, windowed = _diagnosis(runs["whole"][0]), _diagnosis(runs["windowed"][0])
     manifest = json.loads((runs["windowed"][0] / "manifest.json").read_text())

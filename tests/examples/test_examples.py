@@ -168,6 +168,7 @@ def test_inference_service_request_spans_contain_the_profile(tmp_path, monkeypat
         assert {"proj", "rmsnorm"} <= children
 
 
+@pytest.mark.timing
 def test_inference_service_tail_trigger_fires_with_the_self_tests_defaults(tmp_path):
     """``--self-test`` alone: 800 requests, one in 150 long (the slow path). The SlowCalls trigger
     keyed by size profiles the next long requests and explains them against a normal one."""

@@ -6,6 +6,8 @@ fires on its own footprint."""
 
 from __future__ import annotations
 
+import pytest
+
 import math
 import time
 
@@ -45,6 +47,7 @@ class Burst:
                 time.sleep(gap_s)
 
 
+@pytest.mark.timing
 def test_a_tight_loop_fires_on_the_slow_class_while_the_worker_is_busy(_isolated_runs):
     burst = Burst(max_per_hour=50)  # a p99 hiccup of a short call (~1 %) must not use up the firings
     burst.run(700, regress_at=400)

@@ -50,6 +50,7 @@ def _p99(values):
     return sorted(values)[max(int(0.99 * len(values)) - 1, 0)]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("scenario", ["dead", "slow_2s", "http_500", "grpc_unavailable"])
 def test_broken_endpoint_p99_added_latency_under_5ms_and_no_exceptions(scenario, xw):
     x, w = xw
