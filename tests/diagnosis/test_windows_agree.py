@@ -12,6 +12,7 @@ window in windows.json. Expected figures come from the run directories' JSON fil
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -75,7 +76,25 @@ def runs(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("agree")
     whole = _profile(tmp, "whole", "--no-windows")
     windowed = _profile(tmp, "windowed", "--window-seconds", "0.4")
-    return {"whole": whole, "windowed": windowed}
+    return {"whole": whole, "windowed": windowed, "tmp": tmp}
+
+
+def _top_per_step(run_dir: Path) -> float:
+    return _diagnosis(run_dir)["findings"][0]["us_per_step"]
+
+
+def _stakes_per_step(runs: dict) -> tuple[list[float], list[float]]:
+    """The top finding's stake per step of whole and windowed runs, in interleaved pairs: the
+    data time of a sleeping Dataset grows with the machine's load (a wake-up waits for a core),
+    so one pair compares two loads as much as two ways of profiling. A second pair always; a
+    third when an arm's own two runs differ by more than 1.25x (its spread says it is noisy)."""
+    whole, windowed = [_top_per_step(runs["whole"][0])], [_top_per_step(runs["windowed"][0])]
+    for k in range(1, 3):
+        if k == 2 and all(max(a) <= 1.25 * min(a) for a in (whole, windowed)):
+            break
+        whole.append(_top_per_step(_profile(runs["tmp"], f"whole{k}", "--no-windows")[0]))
+        windowed.append(_top_per_step(_profile(runs["tmp"], f"windowed{k}", "--window-seconds", "0.4")[0]))
+    return whole, windowed
 
 
 @pytest.mark.timing
@@ -90,8 +109,9 @@ def test_whole_and_windowed_give_the_same_verdict_top_finding_and_stake_per_step
     recorded_steps = windowed["evidence"]["recorded_steps"]
     assert 0 < recorded_steps < 120
     assert top_f["us_per_step"] == pytest.approx(top_f["us_at_stake"] / recorded_steps, rel=1e-3)
-    ratio = top_f["us_per_step"] / top_w["us_per_step"]
-    assert 1 / 1.5 <= ratio <= 1.5, (top_w, top_f)
+    whole_stakes, windowed_stakes = _stakes_per_step(runs)
+    ratio = statistics.median(windowed_stakes) / statistics.median(whole_stakes)
+    assert 1 / 1.5 <= ratio <= 1.5, (whole_stakes, windowed_stakes)
     # a folded finding's message and evidence are the run's: the batch count in its words is its
     # evidence's, which adds up the windows'
     assert f"{top_f['evidence']['batches']} batches here" in top_f["message"]
