@@ -23,7 +23,8 @@ from typing import Any
 
 from .. import _config, _stats, _worker
 from .._run import Run, RunStatus
-from ..analysis.summary import summarize
+from ..analysis.analyse import AnalyseOptions, MemoryInput
+from ..analysis.analyse import analyse as analyse_trace
 from ..result import Analysis, Annotation, Coverage, DeviceFacts, RunResult
 from ..sinks import active_sinks
 from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json
@@ -102,6 +103,8 @@ def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | N
 
 
 def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
+    """The capture's part (the segments merged, the window, the device's facts), then the one
+    analysis (analysis/analyse.py) with what the capture knows."""
     from ..analysis.names import compiled_functions
     from .merge import merge_segments
 
@@ -122,23 +125,24 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
     if options.backend is not None:
         device = options.backend.finish_run(run.name, trace, options.raw_dir, first_call=options.first_call)
         warnings += device.warnings
-    summary = summarize(trace, compiled_functions=compiled_functions(), limits=options.limits)
-    summary = replace(summary, warnings=tuple(warnings), notes=device.notes)
-    run._publish_summary(summary, trace)
-    diagnosis = _diagnose(run, trace, summary, device, options, warnings)
-    memory = None
-    if options.memory:
-        memory, diagnosis = _memory(run, trace, segments, diagnosis, options, warnings)
-    rank_profile = _rank_profile(run, trace, options, warnings) if "rank" in options.extra_manifest else None
-    analysis = Analysis(
-        trace=trace,
-        summary=summary,
-        diagnosis=diagnosis,
-        memory=memory,
-        rank_profile=rank_profile,
-        device=device,
-        warnings=tuple(warnings),
-        coverage=coverage,
+    facts = dict(device.manifest)
+    if run.capture.cpu_contention is not None:
+        facts["cpu_contention"] = run.capture.cpu_contention
+    analysis = analyse_trace(
+        trace,
+        AnalyseOptions(
+            facts=facts,
+            serial=options.serial,
+            compiled_functions=compiled_functions(),
+            limits=options.limits,
+            warnings=tuple(warnings),
+            device=device,
+            coverage=coverage,
+            memory=(lambda: _memory_input(run, trace, segments, options)) if options.memory else None,
+            rank_profile="rank" in options.extra_manifest,
+            on_summary=lambda summary: run._publish_summary(summary, trace),
+            contain_for=run.name,
+        ),
     )
     run._publish_analysis(analysis)
     return analysis
@@ -172,78 +176,29 @@ def _segment_trace(seg: Any, device: str) -> Any:
         return seg.trace
 
 
-def _diagnose(run: Run, trace: Any, summary: Any, device: DeviceFacts, options: ProcessOptions, warnings: list[str]) -> Any:
-    from ..analysis.diagnosis import diagnose_trace
+def _memory_input(run: Run, trace: Any, segments: list[Any], options: ProcessOptions) -> MemoryInput:
+    """The memory stage's input: the allocator records of the capture's segments (within the
+    trace's window) and what the device says of its memory. Called inside the analysis' memory
+    part, so a failure here costs only the memory report."""
+    from ..trace.memory import MemoryRecords
+    from .memory import segment_records
 
-    facts = dict(device.manifest)
-    if run.capture.cpu_contention is not None:
-        facts["cpu_contention"] = run.capture.cpu_contention
-    try:
-        return diagnose_trace(trace, summary=summary, facts=facts, serial=options.serial)
-    except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
-        _stats.contain("diagnosis", exc, name=run.name, warnings=warnings)
-        return None
-
-
-def _memory(
-    run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions, warnings: list[str]
-) -> tuple[Any, Any]:
-    """The memory stage: (``run.memory``, the diagnosis with the memory findings appended)."""
-    try:
-        from ..analysis.memory import analyse_memory, neuron_device_report
-        from ..trace.memory import MemoryRecords
-        from .memory import segment_records
-
-        records = MemoryRecords.concat([segment_records(seg, options.raw_dir) for seg in segments])
-        lo, hi = trace.start_time_ns, trace.end_time_ns
-        if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
-            records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
-        facts: dict[str, Any] = {}
-        if options.backend is not None:
-            facts = options.backend.memory_facts(run.capture, error=run.error, start_ns=run.start_ns)
-        report, findings = analyse_memory(trace, records, steps=_step_bounds(diagnosis), error=run.error, device_facts=facts)
-        if report.device != run.device and facts:
-            # no device allocator records: the device's own totals (and OOM table) make the report
-            report, findings = neuron_device_report(
-                report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns
-            )
-        if not len(records) and any(seg.all_threads for seg in segments):
-            # torch (2.x) records no [memory] events in a profile_all_threads session
-            report = replace(
-                report,
-                notes=(
-                    "no allocator records: torch records none when it profiles every thread "
-                    "(all_threads=True); profile one thread to record memory",
-                ),
-            )
-        if diagnosis is not None:
-            diagnosis = replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
-        return report, diagnosis
-    except Exception as exc:  # noqa: BLE001 - a memory-stage bug must not cost the run
-        _stats.contain("memory report", exc, name=run.name, warnings=warnings)
-        return None, diagnosis
-
-
-def _step_bounds(diagnosis: Any) -> Any:
-    """(source, starts, ends) of the diagnosis' steps for the per-step memory, or None."""
-    if diagnosis is None or diagnosis.steps is None or diagnosis.steps.count != len(diagnosis.steps.per_step):
-        return None
-    import numpy as np
-
-    per = diagnosis.steps.per_step
-    starts = np.array([s.start_ns for s in per], dtype=np.int64)
-    return diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64)
-
-
-def _rank_profile(run: Run, trace: Any, options: ProcessOptions, warnings: list[str]) -> dict[str, Any] | None:
-    """What ``neuronscope ranks`` compares (collectives, time outside them): rank.json."""
-    try:
-        from ..analysis.ranks import rank_profile
-
-        return rank_profile(trace, serial=options.serial)
-    except Exception as exc:  # noqa: BLE001 - the cross-rank view is extra; the run is not lost
-        _stats.contain("cross-rank profile", exc, name=run.name, warnings=warnings)
-        return None
+    records = MemoryRecords.concat([segment_records(seg, options.raw_dir) for seg in segments])
+    lo, hi = trace.start_time_ns, trace.end_time_ns
+    if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
+        records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
+    facts: dict[str, Any] = {}
+    if options.backend is not None:
+        facts = options.backend.memory_facts(run.capture, error=run.error, start_ns=run.start_ns)
+    return MemoryInput(
+        records,
+        device_facts=facts,
+        error=run.error,
+        run_device=run.device,
+        start_ns=run.start_ns,
+        end_ns=run.end_ns,
+        all_threads=any(seg.all_threads for seg in segments),
+    )
 
 
 # -- stage 2: output --------------------------------------------------------------------------------
