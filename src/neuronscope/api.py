@@ -15,7 +15,7 @@ from ._run import Run
 from .capture import wiring as _wiring  # the OpenTelemetry sink, Prometheus from the env, the exit flush
 from .capture.processing import last_run as _last_run
 from .sinks import otel as _otel
-from .sinks.rundir import load_run as _load_run
+from .sinks.run_format import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 

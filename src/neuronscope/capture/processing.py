@@ -4,9 +4,11 @@
    segments, the summary — ``run.summary`` returns now — then the diagnosis, the memory
    report and the rank profile: one frozen :class:`~neuronscope.result.Analysis`.
 2. **output** (:func:`write_out`, output worker): slow device enrichment (Neuron Explorer),
-   the manifest, then every sink in order (the run directory, OpenTelemetry, Prometheus) with
-   one :class:`~neuronscope.result.RunResult`; then the Kineto results are released and
-   ``run.path`` / ``ns.flush()`` return.
+   the manifest, the files only the capture can write (the trace from the Kineto results, the
+   device's memory files), then :func:`neuronscope.sinks.export`: every sink in order (the run
+   directory's summary, OpenTelemetry, Prometheus) with one :class:`~neuronscope.result.RunResult`;
+   then the final manifest.json, the Kineto results are released and ``run.path`` /
+   ``ns.flush()`` return.
 
 Each stage reads the previous one's frozen product and publishes its own through the
 :class:`~neuronscope.Run` handle. Every failure is contained here (``_stats.contain``): the
@@ -26,8 +28,9 @@ from .._run import Run, RunStatus
 from ..analysis.analyse import AnalyseOptions, MemoryInput
 from ..analysis.analyse import analyse as analyse_trace
 from ..result import Analysis, Annotation, Coverage, DeviceFacts, RunResult
-from ..sinks import active_sinks
-from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json
+from .. import sinks
+from ..sinks.run_format import manifest_of, write_manifest
+from ..sinks.rundir import mark_complete, write_trace, write_trace_model
 from ..trace.kineto import trace_from_kineto
 
 __all__ = [
@@ -231,7 +234,10 @@ def write_out(
             warnings=tuple(warnings),
         )
         result = replace(result, manifest=_manifest(result, segments, options))
-        result = _export(result, segments, options)
+        result = _write_files(result, segments, options)
+        result = sinks.export(result)
+        if result.path is not None:
+            result = write_manifest(result)  # the final manifest.json, listing the files
         _stats.record("profiled")
         if result.path is not None:
             mark_complete(result.path, max_bytes=_retention_bytes())
@@ -278,79 +284,53 @@ def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings:
 
 
 def _manifest(result: RunResult, segments: list[Any], options: ProcessOptions) -> dict[str, Any]:
-    """manifest.json's fields for ``result``."""
-    analysis = result.analysis
-    assert analysis is not None  # the output stage always has one
-    trigger: dict[str, Any] = {"trigger": result.trigger.to_dict()} if result.trigger is not None else {}
-    fields = {k: getattr(result, k) for k in ("name", "device", "status", "start_ns", "end_ns", "error", "error_message")}
-    manifest = base_manifest(
-        **fields,
+    """manifest.json's fields for ``result`` (the run directory's format: sinks/run_format.py)."""
+    trace = result.trace
+    return manifest_of(
+        result,
         window=options.window,
-        events=len(analysis.trace) if analysis.trace is not None else 0,
+        events=len(trace) if trace is not None else 0,
         segments=len(segments),
         backend=options.backend_info,
         sampling=options.sampling,
-        warnings=list(result.warnings),
-        **options.extra_manifest,
-        **analysis.device.manifest,
-        **trigger,
-        **result.annotation.manifest,
+        extra=options.extra_manifest,
     )
-    if analysis.diagnosis is not None:
-        manifest["bound_by"] = analysis.diagnosis.bound_by
-        manifest["device_busy_pct"] = round(analysis.diagnosis.device_busy_pct, 2)
-    if analysis.memory is not None:
-        manifest["memory_peak_bytes"] = analysis.memory.peak_bytes
-    if analysis.coverage is not None:
-        manifest["coverage"] = analysis.coverage.to_dict()
-        manifest["events"] = analysis.coverage.events
-    return manifest
 
 
-def _export(result: RunResult, segments: list[Any], options: ProcessOptions) -> RunResult:
-    """Every active sink in order, each with the result as the ones before it left it (the run
-    directory first: the spans point at its files); then manifest.json."""
-    from ..sinks.rundir import RUN_DIRECTORY, RunDirectoryOptions
+def _write_files(result: RunResult, segments: list[Any], options: ProcessOptions) -> RunResult:
+    """What only the capture can write, before any sink: manifest.json saying "processing"
+    (readable at every instant), the trace from the Kineto results, the device's memory files.
+    An unwritable directory: the run completes without a path, and the sinks still run."""
+    if result.path is None:
+        return result
+    added: Mapping[str, Any] = {}
+    try:
+        write_manifest(result, status="processing")
+        if options.save_trace and result.trace is not None:
+            _write_trace(result, segments, options)
+        if options.memory and options.backend is not None and result.memory is not None:
+            added = options.backend.write_memory_files(result.path, options.memory)
+    except OSError as exc:
+        warnings = (*result.warnings, f"could not write the run directory {result.path}: {exc.strerror or exc}")
+        _stats.contain("writing the run directory", exc, name=result.name, exc_info=False)
+        return replace(result, path=None, warnings=warnings, manifest={**result.manifest, "warnings": list(warnings)})
+    except Exception as exc:  # noqa: BLE001 - a trace the writer refuses: the run keeps its other files
+        _stats.contain("writing the run's files", exc, name=result.name, exc_info=False)
+    return replace(result, manifest={**result.manifest, **added}) if added else result
 
-    manifest = dict(result.manifest)
-    warnings = list(result.warnings)
-    if result.path is not None:
-        # readable at every instant: what the run is while its files land (write-then-rename each)
-        write_json(result.path / "manifest.json", {**manifest, "status": "processing"})
-    for sink in active_sinks():
-        added: Mapping[str, Any] | None
-        try:
-            if sink is RUN_DIRECTORY:
-                if result.path is None:
-                    continue
-                added = RUN_DIRECTORY.write(
-                    result,
-                    segments,
-                    RunDirectoryOptions(options.save_trace, options.extra_manifest, options.memory, options.backend),
-                )
-            else:
-                added = sink.export(result)
-        except OSError as exc:
-            if sink is not RUN_DIRECTORY:
-                raise
-            # an unwritable directory: the summary stays in memory, the other sinks still run
-            msg = f"could not write the run directory {result.path}: {exc.strerror or exc}"
-            warnings.append(msg)
-            _stats.contain("writing the run directory", exc, name=result.name, exc_info=False)
-            manifest["warnings"] = list(warnings)
-            result = replace(result, path=None, warnings=tuple(warnings), manifest=dict(manifest))
-            continue
-        except Exception as exc:  # noqa: BLE001 - a sink must never break the others
-            _stats.contain(f"sink {sink.name!r}", exc, exc_info=False)
-            continue
-        if added:
-            manifest.update(added)
-            result = replace(result, manifest=dict(manifest))
-    if result.path is not None:
-        manifest["files"] = files_of(result.path)
-        write_json(result.path / "manifest.json", manifest)
-        result = replace(result, manifest=manifest)
-    return result
+
+def _write_trace(result: RunResult, segments: list[Any], options: ProcessOptions) -> None:
+    """trace.json.gz: Kineto's own writer when the capture is one segment (faster than from
+    the model), else the merged trace model (a capture that nested others)."""
+    assert result.path is not None and result.trace is not None
+    meta: dict[str, Any] = {"neuronscope_device": result.device}
+    if options.extra_manifest:
+        meta["neuronscope"] = dict(options.extra_manifest)
+    target = result.path / "trace.json.gz"
+    if len(segments) == 1 and segments[0].trace is result.trace and segments[0].results is not None:
+        write_trace(segments[0].results, target, meta, saved=segments[0].saved_json)
+    else:
+        write_trace_model(result.trace, target, meta)
 
 
 def _retention_bytes() -> int | None:

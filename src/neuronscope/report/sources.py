@@ -106,7 +106,7 @@ def find_trace_file(directory: Path) -> Path | None:
 def open_source(path: str | os.PathLike[str]) -> Source:
     """Load a run directory or a trace file, or the one trace a directory holds (what
     ``neuronscope show PATH`` and ``ns.diagnose(PATH)`` accept: :func:`neuronscope._paths.resolve_profile`)."""
-    from ..sinks.rundir import load_run
+    from ..sinks.run_format import load_run
 
     where = resolve_profile(path)
     if where.kind == "run":
