@@ -29,7 +29,16 @@ if TYPE_CHECKING:
     from .roofs import DeviceLimits
     from .summary import Summary
 
-__all__ = ["AnalyseOptions", "Analysis", "Coverage", "DeviceFacts", "MemoryInput", "analyse", "memory_input_of"]
+__all__ = [
+    "AnalyseOptions",
+    "Analysis",
+    "Coverage",
+    "DeviceFacts",
+    "MemoryInput",
+    "analyse",
+    "memory_input_of",
+    "with_device_facts",
+]
 
 #: the diagnosis' default (``analysis.diagnosis.DEFAULT_GAP_THRESHOLD_US``; not imported: numpy)
 _DEFAULT_GAP_THRESHOLD_US = 50.0
@@ -277,6 +286,21 @@ def analyse(trace: Trace, options: AnalyseOptions | None = None) -> Analysis:
         warnings=tuple(warnings),
         coverage=options.coverage,
     )
+
+
+def with_device_facts(analysis: Analysis, extra: DeviceFacts, *, warnings: tuple[str, ...]) -> Analysis:
+    """The analysis with what a device found later added (Neuron Explorer, on the output
+    worker): the summary's notes and warnings, the diagnosis' Explorer findings."""
+    from .diagnosis import with_device_facts as diagnosis_with_facts
+
+    device = analysis.device.plus(extra)
+    summary = analysis.summary
+    if summary is not None:
+        summary = replace(summary, notes=summary.notes + extra.notes, warnings=warnings)
+    diagnosis = analysis.diagnosis
+    if diagnosis is not None:
+        diagnosis = diagnosis_with_facts(diagnosis, device.manifest)  # Explorer's insights
+    return replace(analysis, summary=summary, diagnosis=diagnosis, device=device, warnings=warnings)
 
 
 def _part(what: str, compute: Callable[[], Any], options: AnalyseOptions, warnings: list[str]) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import _config, _stats, _worker
 from .._run import Run, RunStatus
-from ..analysis.analyse import AnalyseOptions, MemoryInput
+from ..analysis.analyse import AnalyseOptions, MemoryInput, with_device_facts
 from ..analysis.analyse import analyse as analyse_trace
 from ..result import Analysis, Annotation, Coverage, DeviceFacts, RunResult
 from .. import sinks
@@ -260,16 +260,7 @@ def _enriched(run: Run, analysis: Analysis, options: ProcessOptions, warnings: l
     if not (extra.manifest or extra.notes or extra.warnings or extra.system_profile is not None):
         return analysis
     warnings += extra.warnings
-    device = analysis.device.plus(extra)
-    summary = analysis.summary
-    if summary is not None:
-        summary = replace(summary, notes=summary.notes + extra.notes, warnings=tuple(warnings))
-    diagnosis = analysis.diagnosis
-    if diagnosis is not None:
-        from ..analysis.diagnosis import with_device_facts
-
-        diagnosis = with_device_facts(diagnosis, device.manifest)  # Explorer's insights
-    return replace(analysis, summary=summary, diagnosis=diagnosis, device=device, warnings=tuple(warnings))
+    return with_device_facts(analysis, extra, warnings=tuple(warnings))
 
 
 def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings: list[str]) -> Annotation:
