@@ -40,6 +40,8 @@ __all__ = [
     "RunDirectorySink",
     "load_run",
     "manifest_of",
+    "read_manifest",
+    "read_rank_profile",
     "read_result",
     "write_manifest",
 ]
@@ -149,7 +151,7 @@ def read_result(path: str | os.PathLike[str]) -> RunResult:
     """The :class:`~neuronscope.result.RunResult` a run directory holds (its trace is read on
     demand: ``analysis.trace`` is None, unless the directory holds a trace and no summary)."""
     p = Path(path)
-    manifest, warnings = _read_manifest(p)
+    manifest, warnings = read_manifest(p)
     status = str(manifest.get("status", RunStatus.COMPLETE))
     if status in IN_FLIGHT_STATUSES:
         # written by a process that stopped (or has not finished yet): what is here is what it wrote
@@ -179,8 +181,10 @@ def read_result(path: str | os.PathLike[str]) -> RunResult:
     )
 
 
-def _read_manifest(p: Path) -> tuple[dict[str, Any], list[str]]:
-    """manifest.json and the warnings it holds (plus one when a newer format wrote it)."""
+def read_manifest(p: Path) -> tuple[dict[str, Any], list[str]]:
+    """A run directory's manifest.json and the warnings it holds (plus one when a newer format
+    wrote it); :class:`~neuronscope.TraceLoadError` when it is missing, unreadable or not ours.
+    What ``neuronscope ranks`` reads of every rank's run (``sinks/jobdir.py``)."""
     manifest_file = p / "manifest.json"
     try:
         manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
@@ -233,14 +237,22 @@ def _read_analysis(p: Path, device: str, warnings: list[str]) -> Analysis:
 
         trace = load_trace(p, device=device)
         summary = summarize(trace)
-    rank = _read_json(p / RANK_FILE)  # a rank of a distributed job: what it handed neuronscope ranks
+    rank = read_rank_profile(p, strict=False)
     return Analysis(trace=trace, summary=summary, diagnosis=diagnosis, memory=memory, rank_profile=rank)
 
 
-def _read_json(path: Path) -> Any:
+def read_rank_profile(p: Path, *, strict: bool) -> Any:
+    """rank.json: what a rank of a distributed job handed ``neuronscope ranks`` (None: none).
+    ``strict``: an unreadable file raises :class:`~neuronscope.TraceLoadError` (comparing the
+    ranks needs it) instead of reading as none (showing the run does not)."""
+    path = p / RANK_FILE
+    if not path.is_file():
+        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, ValueError):
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        if strict:
+            raise TraceLoadError(f"{path}: unreadable: {exc}") from exc
         return None
 
 
