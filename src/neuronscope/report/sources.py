@@ -238,7 +238,7 @@ def as_source(obj: Any) -> Source:
         return _from_trace(obj, label="trace", kind="memory", path=None)
     if isinstance(obj, (str, os.PathLike)):
         return open_source(obj)
-    raise ConfigurationError(f"expected a Run, RunResult, Summary, Trace or path, not {type(obj).__name__}")
+    raise ConfigurationError(f"expected a Run, Summary, Trace or path (or a RunResult), not {type(obj).__name__}")
 
 
 def run_extent(source: Source) -> RunExtent | None:
