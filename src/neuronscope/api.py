@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from ._run import Run
 from .capture import wiring as _wiring  # the OpenTelemetry sink, Prometheus from the env, the exit flush
 from .capture.processing import last_run as _last_run
 from .sinks import otel as _otel
-from .sinks.rundir import load_run as _load_run
+from .sinks.run_format import load_run as _load_run
 from .trace.chrome import load_trace as _load_trace
 from .trace.model import Trace
 
@@ -186,8 +187,6 @@ def export_run(path: str | os.PathLike[str], *, op_spans: str | None = None) -> 
     """
     from .sinks.otel.providers import resolve_providers
 
-    from dataclasses import replace
-
     run = _load_run(path)
     result = run.result
     assert result is not None and result.analysis is not None  # load_run always gives both
@@ -243,29 +242,39 @@ def diagnose(source: ProfileSource, *, gap_threshold_us: float | None = None) ->
     A run's own diagnosis (computed when it was profiled, saved in summary.json) is returned
     as is; ``gap_threshold_us`` (default 50) recomputes it from the trace.
     """
-    from .analysis.diagnosis import DEFAULT_GAP_THRESHOLD_US, diagnose_trace
-    from .analysis.summary import summarize
-    from .trace.model import Trace as _Trace
+    from .analysis.analyse import AnalyseOptions, analyse, memory_input_of
+    from .analysis.diagnosis import DEFAULT_GAP_THRESHOLD_US
 
     threshold = DEFAULT_GAP_THRESHOLD_US if gap_threshold_us is None else float(gap_threshold_us)
     if isinstance(gap_threshold_us, bool) or threshold <= 0:
         raise ConfigurationError(f"diagnose(gap_threshold_us={gap_threshold_us!r}): use a positive number of microseconds")
-    facts: dict[str, Any] = {}
     if isinstance(source, (str, os.PathLike)):
         source = _open_profile(source)
     if isinstance(source, Run):
         if gap_threshold_us is None and source.diagnosis is not None:
             return source.diagnosis
-        facts = dict(source.manifest)
-        trace = source.trace
-        if trace is None:
-            raise TraceLoadError(f"{source.path or source.name}: no trace saved with this run; nothing to diagnose")
-        summary = source.summary
-    elif isinstance(source, _Trace):
-        trace, summary = source, None
+        trace, options = _saved_run_input(source, "diagnose")
+        options = replace(options, gap_threshold_us=threshold)
+    elif isinstance(source, Trace):
+        # a trace on its own: what it says of itself (its metadata, its [memory] records), as reports read it
+        trace = source
+        options = AnalyseOptions(facts=dict(trace.metadata), memory=memory_input_of(trace), gap_threshold_us=threshold)
     else:
         raise ConfigurationError(f"diagnose() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}")
-    return diagnose_trace(trace, summary=summary or summarize(trace), facts=facts, gap_threshold_us=threshold)
+    diagnosis = analyse(trace, options).diagnosis
+    assert diagnosis is not None  # analysed without containment: a failure raised
+    return diagnosis
+
+
+def _saved_run_input(run: Run, what: str) -> tuple[Trace, Any]:
+    """A run's trace and what the analysis is told of it (its summary and manifest), to analyse
+    it again; :class:`TraceLoadError` when no trace was saved with it."""
+    from .analysis.analyse import AnalyseOptions
+
+    trace = run.trace
+    if trace is None:
+        raise TraceLoadError(f"{run.path or run.name}: no trace saved with this run; nothing to {what}")
+    return trace, AnalyseOptions(summary=run.summary, facts=dict(run.manifest))
 
 
 def diagnose_memory(source: ProfileSource) -> MemoryReport:
@@ -280,7 +289,7 @@ def diagnose_memory(source: ProfileSource) -> MemoryReport:
     A run's own report (saved in summary.json) is returned as is. Raises
     :class:`TraceLoadError` when the trace holds no ``[memory]`` records.
     """
-    from .analysis.memory import analyse_memory
+    from .analysis.analyse import AnalyseOptions, analyse, memory_input_of
 
     trace = None
     if isinstance(source, (str, os.PathLike)):
@@ -288,20 +297,23 @@ def diagnose_memory(source: ProfileSource) -> MemoryReport:
     if isinstance(source, Run):
         if source.memory is not None:
             return source.memory
-        trace = source.trace
-        where = source.path or source.name
+        trace, where = source.trace, source.path or source.name
+        options = AnalyseOptions(summary=source.summary, facts=dict(source.manifest))
     elif isinstance(source, Trace):
         trace, where = source, "the trace"
+        options = AnalyseOptions(facts=dict(trace.metadata))
     else:
         raise ConfigurationError(
             f"diagnose_memory() takes a run directory, a trace file, a Run or a Trace, not {type(source).__name__}"
         )
-    if trace is None or trace.memory is None or not len(trace.memory) and not trace.memory.oom:
+    given = memory_input_of(trace) if trace is not None else None
+    if trace is None or given is None:
         raise TraceLoadError(
             f"{where}: no [memory] records in this trace; profile with profile_neuron(memory=True) "
             "(or torch.profiler.profile(profile_memory=True)) to record them"
         )
-    report, _ = analyse_memory(trace, trace.memory)
+    report = analyse(trace, replace(options, memory=given)).memory
+    assert report is not None  # analysed without containment: a failure raised
     return report
 
 

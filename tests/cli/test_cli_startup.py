@@ -95,6 +95,6 @@ def test_every_command_is_listed_and_runs_from_its_own_module():
 
 def test_the_run_directory_names_the_rank_file_as_the_rank_analysis_does():
     from neuronscope.analysis.ranks import RANK_FILE
-    from neuronscope.sinks import rundir
+    from neuronscope.sinks import run_format
 
-    assert rundir.RANK_FILE == RANK_FILE
+    assert run_format.RANK_FILE == RANK_FILE

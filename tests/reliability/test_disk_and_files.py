@@ -45,14 +45,14 @@ def full_disk(tmp_path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     rundir.write_json = no_space
-    import neuronscope.capture.processing as processing
+    from neuronscope.sinks import run_format
 
-    processing.write_json = no_space
+    run_format.write_json = no_space  # manifest.json and summary.json (the run directory's format)
     try:
         yield mount, "patched write"
     finally:
         rundir.write_json = real
-        processing.write_json = real
+        run_format.write_json = real
 
 
 def test_disk_full_warns_and_every_call_succeeds(full_disk, xw, caplog):

@@ -7,6 +7,7 @@ run must say what neuronscope added."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ import neuronscope as ns
 from neuronscope.capture.budget import Overhead
 
 
-def _train(out, overhead: float | None, steps: int = 90):
+def _train(out, overhead: float | None, steps: int = 300):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -23,6 +24,7 @@ def _train(out, overhead: float | None, steps: int = 90):
     windows = ns.Windows(steps=3, keep=0, overhead=overhead)
     with ns.profile_neuron(name=f"ov{overhead}", output_dir=out, device="cpu", windows=windows) as run:
         for _ in range(steps):
+            time.sleep(0.002)  # the step's data: the loop lasts long enough for windows to follow each other
             model(x).pow(2).mean().backward()
             opt.step()
             opt.zero_grad()
@@ -35,7 +37,7 @@ def test_a_tight_bound_pauses_between_windows_and_says_what_it_cost(tmp_path):
     bound, bound_rows = _train(tmp_path / "bound", 0.05)
     for run in (free, bound):
         cov = run.coverage
-        assert cov is not None and cov.steps == 90
+        assert cov is not None and cov.steps == 300
         assert cov.overhead_basis in ("steps", "stops and analysis") and cov.overhead_ns >= 0
         assert "neuronscope added" in cov.line()
     # without a bound a window starts as soon as the last is analysed; with one, recording waits

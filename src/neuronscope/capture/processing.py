@@ -4,9 +4,11 @@
    segments, the summary — ``run.summary`` returns now — then the diagnosis, the memory
    report and the rank profile: one frozen :class:`~neuronscope.result.Analysis`.
 2. **output** (:func:`write_out`, output worker): slow device enrichment (Neuron Explorer),
-   the manifest, then every sink in order (the run directory, OpenTelemetry, Prometheus) with
-   one :class:`~neuronscope.result.RunResult`; then the Kineto results are released and
-   ``run.path`` / ``ns.flush()`` return.
+   the manifest, the files only the capture can write (the trace from the Kineto results, the
+   device's memory files), then :func:`neuronscope.sinks.export`: every sink in order (the run
+   directory's summary, OpenTelemetry, Prometheus) with one :class:`~neuronscope.result.RunResult`;
+   then the final manifest.json, the Kineto results are released and ``run.path`` /
+   ``ns.flush()`` return.
 
 Each stage reads the previous one's frozen product and publishes its own through the
 :class:`~neuronscope.Run` handle. Every failure is contained here (``_stats.contain``): the
@@ -23,10 +25,12 @@ from typing import Any
 
 from .. import _config, _stats, _worker
 from .._run import Run, RunStatus
-from ..analysis.summary import summarize
+from ..analysis.analyse import AnalyseOptions, MemoryInput, with_device_facts
+from ..analysis.analyse import analyse as analyse_trace
 from ..result import Analysis, Annotation, Coverage, DeviceFacts, RunResult
-from ..sinks import active_sinks
-from ..sinks.rundir import base_manifest, files_of, mark_complete, write_json
+from .. import sinks
+from ..sinks.run_format import manifest_of, write_manifest
+from ..sinks.rundir import mark_complete, write_trace, write_trace_model
 from ..trace.kineto import trace_from_kineto
 
 __all__ = [
@@ -102,6 +106,8 @@ def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | N
 
 
 def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
+    """The capture's part (the segments merged, the window, the device's facts), then the one
+    analysis (analysis/analyse.py) with what the capture knows."""
     from ..analysis.names import compiled_functions
     from .merge import merge_segments
 
@@ -122,23 +128,24 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
     if options.backend is not None:
         device = options.backend.finish_run(run.name, trace, options.raw_dir, first_call=options.first_call)
         warnings += device.warnings
-    summary = summarize(trace, compiled_functions=compiled_functions(), limits=options.limits)
-    summary = replace(summary, warnings=tuple(warnings), notes=device.notes)
-    run._publish_summary(summary, trace)
-    diagnosis = _diagnose(run, trace, summary, device, options, warnings)
-    memory = None
-    if options.memory:
-        memory, diagnosis = _memory(run, trace, segments, diagnosis, options, warnings)
-    rank_profile = _rank_profile(run, trace, options, warnings) if "rank" in options.extra_manifest else None
-    analysis = Analysis(
-        trace=trace,
-        summary=summary,
-        diagnosis=diagnosis,
-        memory=memory,
-        rank_profile=rank_profile,
-        device=device,
-        warnings=tuple(warnings),
-        coverage=coverage,
+    facts = dict(device.manifest)
+    if run.capture.cpu_contention is not None:
+        facts["cpu_contention"] = run.capture.cpu_contention
+    analysis = analyse_trace(
+        trace,
+        AnalyseOptions(
+            facts=facts,
+            serial=options.serial,
+            compiled_functions=compiled_functions(),
+            limits=options.limits,
+            warnings=tuple(warnings),
+            device=device,
+            coverage=coverage,
+            memory=(lambda: _memory_input(run, trace, segments, options)) if options.memory else None,
+            rank_profile="rank" in options.extra_manifest,
+            on_summary=lambda summary: run._publish_summary(summary, trace),
+            contain_for=run.name,
+        ),
     )
     run._publish_analysis(analysis)
     return analysis
@@ -172,78 +179,29 @@ def _segment_trace(seg: Any, device: str) -> Any:
         return seg.trace
 
 
-def _diagnose(run: Run, trace: Any, summary: Any, device: DeviceFacts, options: ProcessOptions, warnings: list[str]) -> Any:
-    from ..analysis.diagnosis import diagnose_trace
+def _memory_input(run: Run, trace: Any, segments: list[Any], options: ProcessOptions) -> MemoryInput:
+    """The memory stage's input: the allocator records of the capture's segments (within the
+    trace's window) and what the device says of its memory. Called inside the analysis' memory
+    part, so a failure here costs only the memory report."""
+    from ..trace.memory import MemoryRecords
+    from .memory import segment_records
 
-    facts = dict(device.manifest)
-    if run.capture.cpu_contention is not None:
-        facts["cpu_contention"] = run.capture.cpu_contention
-    try:
-        return diagnose_trace(trace, summary=summary, facts=facts, serial=options.serial)
-    except Exception as exc:  # noqa: BLE001 - a diagnosis bug must not cost the summary
-        _stats.contain("diagnosis", exc, name=run.name, warnings=warnings)
-        return None
-
-
-def _memory(
-    run: Run, trace: Any, segments: list[Any], diagnosis: Any, options: ProcessOptions, warnings: list[str]
-) -> tuple[Any, Any]:
-    """The memory stage: (``run.memory``, the diagnosis with the memory findings appended)."""
-    try:
-        from ..analysis.memory import analyse_memory, neuron_device_report
-        from ..trace.memory import MemoryRecords
-        from .memory import segment_records
-
-        records = MemoryRecords.concat([segment_records(seg, options.raw_dir) for seg in segments])
-        lo, hi = trace.start_time_ns, trace.end_time_ns
-        if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
-            records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
-        facts: dict[str, Any] = {}
-        if options.backend is not None:
-            facts = options.backend.memory_facts(run.capture, error=run.error, start_ns=run.start_ns)
-        report, findings = analyse_memory(trace, records, steps=_step_bounds(diagnosis), error=run.error, device_facts=facts)
-        if report.device != run.device and facts:
-            # no device allocator records: the device's own totals (and OOM table) make the report
-            report, findings = neuron_device_report(
-                report, findings, facts, error=run.error, start_ns=run.start_ns, end_ns=run.end_ns
-            )
-        if not len(records) and any(seg.all_threads for seg in segments):
-            # torch (2.x) records no [memory] events in a profile_all_threads session
-            report = replace(
-                report,
-                notes=(
-                    "no allocator records: torch records none when it profiles every thread "
-                    "(all_threads=True); profile one thread to record memory",
-                ),
-            )
-        if diagnosis is not None:
-            diagnosis = replace(diagnosis, findings=tuple(diagnosis.findings) + tuple(findings), memory_line=report.headline())
-        return report, diagnosis
-    except Exception as exc:  # noqa: BLE001 - a memory-stage bug must not cost the run
-        _stats.contain("memory report", exc, name=run.name, warnings=warnings)
-        return None, diagnosis
-
-
-def _step_bounds(diagnosis: Any) -> Any:
-    """(source, starts, ends) of the diagnosis' steps for the per-step memory, or None."""
-    if diagnosis is None or diagnosis.steps is None or diagnosis.steps.count != len(diagnosis.steps.per_step):
-        return None
-    import numpy as np
-
-    per = diagnosis.steps.per_step
-    starts = np.array([s.start_ns for s in per], dtype=np.int64)
-    return diagnosis.steps.source, starts, starts + np.array([round(s.duration_us * 1e3) for s in per], dtype=np.int64)
-
-
-def _rank_profile(run: Run, trace: Any, options: ProcessOptions, warnings: list[str]) -> dict[str, Any] | None:
-    """What ``neuronscope ranks`` compares (collectives, time outside them): rank.json."""
-    try:
-        from ..analysis.ranks import rank_profile
-
-        return rank_profile(trace, serial=options.serial)
-    except Exception as exc:  # noqa: BLE001 - the cross-rank view is extra; the run is not lost
-        _stats.contain("cross-rank profile", exc, name=run.name, warnings=warnings)
-        return None
+    records = MemoryRecords.concat([segment_records(seg, options.raw_dir) for seg in segments])
+    lo, hi = trace.start_time_ns, trace.end_time_ns
+    if len(records) and (records.time_ns[0] < lo or records.time_ns[-1] > hi):
+        records = records.select((records.time_ns >= lo) & (records.time_ns <= hi))
+    facts: dict[str, Any] = {}
+    if options.backend is not None:
+        facts = options.backend.memory_facts(run.capture, error=run.error, start_ns=run.start_ns)
+    return MemoryInput(
+        records,
+        device_facts=facts,
+        error=run.error,
+        run_device=run.device,
+        start_ns=run.start_ns,
+        end_ns=run.end_ns,
+        all_threads=any(seg.all_threads for seg in segments),
+    )
 
 
 # -- stage 2: output --------------------------------------------------------------------------------
@@ -276,7 +234,10 @@ def write_out(
             warnings=tuple(warnings),
         )
         result = replace(result, manifest=_manifest(result, segments, options))
-        result = _export(result, segments, options)
+        result = _write_files(result, segments, options)
+        result = sinks.export(result)
+        if result.path is not None:
+            result = write_manifest(result)  # the final manifest.json, listing the files
         _stats.record("profiled")
         if result.path is not None:
             mark_complete(result.path, max_bytes=_retention_bytes())
@@ -299,16 +260,7 @@ def _enriched(run: Run, analysis: Analysis, options: ProcessOptions, warnings: l
     if not (extra.manifest or extra.notes or extra.warnings or extra.system_profile is not None):
         return analysis
     warnings += extra.warnings
-    device = analysis.device.plus(extra)
-    summary = analysis.summary
-    if summary is not None:
-        summary = replace(summary, notes=summary.notes + extra.notes, warnings=tuple(warnings))
-    diagnosis = analysis.diagnosis
-    if diagnosis is not None:
-        from ..analysis.diagnosis import with_device_facts
-
-        diagnosis = with_device_facts(diagnosis, device.manifest)  # Explorer's insights
-    return replace(analysis, summary=summary, diagnosis=diagnosis, device=device, warnings=tuple(warnings))
+    return with_device_facts(analysis, extra, warnings=tuple(warnings))
 
 
 def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings: list[str]) -> Annotation:
@@ -323,79 +275,53 @@ def _annotation(run: Run, analysis: Analysis, options: ProcessOptions, warnings:
 
 
 def _manifest(result: RunResult, segments: list[Any], options: ProcessOptions) -> dict[str, Any]:
-    """manifest.json's fields for ``result``."""
-    analysis = result.analysis
-    assert analysis is not None  # the output stage always has one
-    trigger: dict[str, Any] = {"trigger": result.trigger.to_dict()} if result.trigger is not None else {}
-    fields = {k: getattr(result, k) for k in ("name", "device", "status", "start_ns", "end_ns", "error", "error_message")}
-    manifest = base_manifest(
-        **fields,
+    """manifest.json's fields for ``result`` (the run directory's format: sinks/run_format.py)."""
+    trace = result.trace
+    return manifest_of(
+        result,
         window=options.window,
-        events=len(analysis.trace) if analysis.trace is not None else 0,
+        events=len(trace) if trace is not None else 0,
         segments=len(segments),
         backend=options.backend_info,
         sampling=options.sampling,
-        warnings=list(result.warnings),
-        **options.extra_manifest,
-        **analysis.device.manifest,
-        **trigger,
-        **result.annotation.manifest,
+        extra=options.extra_manifest,
     )
-    if analysis.diagnosis is not None:
-        manifest["bound_by"] = analysis.diagnosis.bound_by
-        manifest["device_busy_pct"] = round(analysis.diagnosis.device_busy_pct, 2)
-    if analysis.memory is not None:
-        manifest["memory_peak_bytes"] = analysis.memory.peak_bytes
-    if analysis.coverage is not None:
-        manifest["coverage"] = analysis.coverage.to_dict()
-        manifest["events"] = analysis.coverage.events
-    return manifest
 
 
-def _export(result: RunResult, segments: list[Any], options: ProcessOptions) -> RunResult:
-    """Every active sink in order, each with the result as the ones before it left it (the run
-    directory first: the spans point at its files); then manifest.json."""
-    from ..sinks.rundir import RUN_DIRECTORY, RunDirectoryOptions
+def _write_files(result: RunResult, segments: list[Any], options: ProcessOptions) -> RunResult:
+    """What only the capture can write, before any sink: manifest.json saying "processing"
+    (readable at every instant), the trace from the Kineto results, the device's memory files.
+    An unwritable directory: the run completes without a path, and the sinks still run."""
+    if result.path is None:
+        return result
+    added: Mapping[str, Any] = {}
+    try:
+        write_manifest(result, status="processing")
+        if options.save_trace and result.trace is not None:
+            _write_trace(result, segments, options)
+        if options.memory and options.backend is not None and result.memory is not None:
+            added = options.backend.write_memory_files(result.path, options.memory)
+    except OSError as exc:
+        warnings = (*result.warnings, f"could not write the run directory {result.path}: {exc.strerror or exc}")
+        _stats.contain("writing the run directory", exc, name=result.name, exc_info=False)
+        return replace(result, path=None, warnings=warnings, manifest={**result.manifest, "warnings": list(warnings)})
+    except Exception as exc:  # noqa: BLE001 - a trace the writer refuses: the run keeps its other files
+        _stats.contain("writing the run's files", exc, name=result.name, exc_info=False)
+    return replace(result, manifest={**result.manifest, **added}) if added else result
 
-    manifest = dict(result.manifest)
-    warnings = list(result.warnings)
-    if result.path is not None:
-        # readable at every instant: what the run is while its files land (write-then-rename each)
-        write_json(result.path / "manifest.json", {**manifest, "status": "processing"})
-    for sink in active_sinks():
-        added: Mapping[str, Any] | None
-        try:
-            if sink is RUN_DIRECTORY:
-                if result.path is None:
-                    continue
-                added = RUN_DIRECTORY.write(
-                    result,
-                    segments,
-                    RunDirectoryOptions(options.save_trace, options.extra_manifest, options.memory, options.backend),
-                )
-            else:
-                added = sink.export(result)
-        except OSError as exc:
-            if sink is not RUN_DIRECTORY:
-                raise
-            # an unwritable directory: the summary stays in memory, the other sinks still run
-            msg = f"could not write the run directory {result.path}: {exc.strerror or exc}"
-            warnings.append(msg)
-            _stats.contain("writing the run directory", exc, name=result.name, exc_info=False)
-            manifest["warnings"] = list(warnings)
-            result = replace(result, path=None, warnings=tuple(warnings), manifest=dict(manifest))
-            continue
-        except Exception as exc:  # noqa: BLE001 - a sink must never break the others
-            _stats.contain(f"sink {sink.name!r}", exc, exc_info=False)
-            continue
-        if added:
-            manifest.update(added)
-            result = replace(result, manifest=dict(manifest))
-    if result.path is not None:
-        manifest["files"] = files_of(result.path)
-        write_json(result.path / "manifest.json", manifest)
-        result = replace(result, manifest=manifest)
-    return result
+
+def _write_trace(result: RunResult, segments: list[Any], options: ProcessOptions) -> None:
+    """trace.json.gz: Kineto's own writer when the capture is one segment (faster than from
+    the model), else the merged trace model (a capture that nested others)."""
+    assert result.path is not None and result.trace is not None
+    meta: dict[str, Any] = {"neuronscope_device": result.device}
+    if options.extra_manifest:
+        meta["neuronscope"] = dict(options.extra_manifest)
+    target = result.path / "trace.json.gz"
+    if len(segments) == 1 and segments[0].trace is result.trace and segments[0].results is not None:
+        write_trace(segments[0].results, target, meta, saved=segments[0].saved_json)
+    else:
+        write_trace_model(result.trace, target, meta)
 
 
 def _retention_bytes() -> int | None:

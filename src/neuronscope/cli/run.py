@@ -531,7 +531,7 @@ def _print_whole(text: str, out: Console, *, label: str = "", style: str = "") -
 def _print_summary(run_obj, top: int, output_file: str | None, *, as_json: bool = False) -> None:
     """The summary on stdout after the script's own output (or into ``output_file``); with
     ``as_json``, as ``show --json`` prints it."""
-    from ..report.sources import Source
+    from ..report.sources import Source, result_of
     from ..report.terminal import diagnosis_renderable, header_renderable, make_console, summary_renderable
 
     try:
@@ -558,16 +558,7 @@ def _print_summary(run_obj, top: int, output_file: str | None, *, as_json: bool 
             err.print(f"neuronscope: no summary (profile {run_obj.status}: {why})", style="yellow", markup=False)
             return
         run_obj.wait(60)
-        src = Source(
-            label=run_obj.name,
-            kind="run",
-            summary=summary,
-            path=run_obj.path,
-            manifest=dict(run_obj.manifest),
-            _diagnosis=run_obj.diagnosis,
-            _memory=run_obj.memory,
-            _memory_tried=True,
-        )
+        src = Source(label=run_obj.name, kind="run", result=result_of(run_obj))
         if as_json:
             from .show import show_json
 

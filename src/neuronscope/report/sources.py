@@ -1,8 +1,11 @@
-"""What a report describes: a run directory, a Kineto trace file, or an in-memory Run/Summary.
+"""What a report renders: one :class:`~neuronscope.result.RunResult` — a saved run, a live
+:class:`~neuronscope.Run`, or a Kineto trace file analysed once — and its label.
 
 :func:`open_source` turns a path the user typed into a :class:`Source` (what the path holds is
 decided by :mod:`neuronscope._paths`, as for every command and ``ns.diagnose``); :func:`as_source`
-also accepts the objects the Python API hands out. Every failure is a
+also accepts the objects the Python API hands out. A trace is analysed here by the one analysis
+(:func:`neuronscope.analysis.analyse.analyse`), and so is a saved run whose diagnosis is missing;
+the renderers read the result and never diagnose. Every failure is a
 :class:`~neuronscope.TraceLoadError` whose message names the path and says what to pass.
 """
 
@@ -10,38 +13,35 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._paths import resolve_profile, trace_files_in
+from .._run import RunStatus
 from ..errors import ConfigurationError, TraceLoadError
+from ..result import Analysis, RunResult
 
 if TYPE_CHECKING:
     from .._run import Run
+    from ..analysis.diagnosis import Diagnosis
     from ..analysis.diff import RunExtent
+    from ..analysis.memory_model import MemoryReport
     from ..analysis.summary import Summary
     from ..trace.model import Trace
 
-__all__ = ["Source", "as_source", "find_trace_file", "open_source", "run_extent"]
+__all__ = ["Source", "as_source", "find_trace_file", "open_source", "result_of", "run_extent"]
 
 
 @dataclass
 class Source:
-    """One profile, however it was obtained. ``trace`` is loaded on first use (it can be big)."""
+    """One profile as the reports render it: its :class:`~neuronscope.result.RunResult` (with
+    a summary), and how to name it. ``trace`` is loaded on first use (it can be big)."""
 
     label: str  #: short human name: the run name or the file name
     kind: Literal["run", "trace", "memory"]
-    summary: Summary
-    path: Path | None = None  #: run directory or trace file
-    manifest: dict[str, Any] = field(default_factory=dict)
-    _trace: Trace | None = None
+    result: RunResult
     _trace_loader: Callable[[], Trace | None] | None = None
-    _diagnosis: Any = None
-    _diagnosis_tried: bool = False
-    _memory: Any = None
-    _memory_tried: bool = False
-    _memory_findings: list[Any] = field(default_factory=list)
     #: why the saved trace could not be read (a truncated or damaged file), None when it was
     trace_error: str | None = None
     #: what the trace is when it is not the whole run's: a run in windows keeps its first and
@@ -49,40 +49,30 @@ class Source:
     trace_label: str | None = None
 
     @property
-    def diagnosis(self) -> Any:
-        """The :class:`~neuronscope.Diagnosis`: the run's saved one, else computed from the
-        trace (None when there is neither)."""
-        if self._diagnosis is None and not self._diagnosis_tried:
-            self._diagnosis_tried = True
-            trace = self.trace
-            if trace is not None:
-                from ..analysis.diagnosis import diagnose_trace
-
-                d = diagnose_trace(trace, summary=self.summary, facts=dict(self.manifest))
-                memory = self.memory
-                if memory is not None and self._memory_findings:  # a raw trace with [memory] records
-                    from dataclasses import replace
-
-                    d = replace(d, findings=d.findings + tuple(self._memory_findings), memory_line=memory.headline())
-                self._diagnosis = d
-        return self._diagnosis
-
-    @diagnosis.setter
-    def diagnosis(self, value: Any) -> None:
-        self._diagnosis, self._diagnosis_tried = value, True
+    def summary(self) -> Summary:
+        summary = self.result.summary
+        assert summary is not None  # a Source is made only of a result with a summary
+        return summary
 
     @property
-    def memory(self) -> Any:
-        """The :class:`~neuronscope.MemoryReport`: the run's saved one, else computed from a
-        trace that holds ``[memory]`` records (None when there is neither)."""
-        if self._memory is None and not self._memory_tried:
-            self._memory_tried = True
-            trace = self.trace
-            if trace is not None and trace.memory is not None and (len(trace.memory) or trace.memory.oom):
-                from ..analysis.memory import analyse_memory
+    def diagnosis(self) -> Diagnosis | None:
+        """The :class:`~neuronscope.Diagnosis` (None when there is none: no trace to diagnose)."""
+        return self.result.diagnosis
 
-                self._memory, self._memory_findings = analyse_memory(trace, trace.memory)
-        return self._memory
+    @property
+    def memory(self) -> MemoryReport | None:
+        """The :class:`~neuronscope.MemoryReport` (None unless memory was recorded)."""
+        return self.result.memory
+
+    @property
+    def path(self) -> Path | None:
+        """The run directory or trace file (None for a profile in memory)."""
+        return self.result.path
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """A run's manifest.json fields; a trace file's own metadata."""
+        return dict(self.result.manifest)
 
     @property
     def device(self) -> str:
@@ -91,10 +81,12 @@ class Source:
     @property
     def trace(self) -> Trace | None:
         """The event-level trace, or None when the source has none (summary-only run)."""
-        if self._trace is None and self._trace_loader is not None:
+        if self.result.trace is None and self._trace_loader is not None:
             loader, self._trace_loader = self._trace_loader, None
-            self._trace = loader()
-        return self._trace
+            trace = loader()
+            if trace is not None and self.result.analysis is not None:
+                self.result = replace(self.result, analysis=replace(self.result.analysis, trace=trace))
+        return self.result.trace
 
     def files(self) -> list[tuple[Path, int]]:
         """The files of a run directory (or the trace file itself), with their sizes in bytes."""
@@ -114,18 +106,35 @@ def find_trace_file(directory: Path) -> Path | None:
 def open_source(path: str | os.PathLike[str]) -> Source:
     """Load a run directory or a trace file, or the one trace a directory holds (what
     ``neuronscope show PATH`` and ``ns.diagnose(PATH)`` accept: :func:`neuronscope._paths.resolve_profile`)."""
-    from ..sinks.rundir import load_run
+    from ..sinks.run_format import load_run
 
     where = resolve_profile(path)
     if where.kind == "run":
         return _from_run(load_run(where.path))
     # only a raw trace needs the trace model (numpy); a run directory's summary is JSON
-    from ..analysis.summary import summarize
     from ..trace.chrome import load_trace
 
     p = where.path
-    trace = load_trace(p)
-    return Source(label=p.name, kind="trace", summary=summarize(trace), path=p, manifest=dict(trace.metadata), _trace=trace)
+    return _from_trace(load_trace(p), label=p.name, kind="trace", path=p)
+
+
+def _from_trace(trace: Trace, *, label: str, kind: Literal["trace", "memory"], path: Path | None) -> Source:
+    """A trace as a result of its own: the one analysis, told what the trace says of itself (its
+    metadata, its ``[memory]`` records)."""
+    from ..analysis.analyse import AnalyseOptions, analyse, memory_input_of
+
+    analysis = analyse(trace, AnalyseOptions(facts=dict(trace.metadata), memory=memory_input_of(trace)))
+    result = RunResult(
+        name=label,
+        device=trace.device,
+        status=RunStatus.COMPLETE,
+        start_ns=trace.start_time_ns if len(trace) else 0,
+        end_ns=trace.end_time_ns if len(trace) else 0,
+        analysis=analysis,
+        manifest=dict(trace.metadata),
+        path=path,
+    )
+    return Source(label=label, kind=kind, result=result)
 
 
 def _from_run(run: Run) -> Source:
@@ -143,18 +152,43 @@ def _from_run(run: Run) -> Source:
             source.trace_error = str(exc)
             return None  # a damaged trace must not hide the summary we already have
 
-    source = Source(
-        label=run.name,
-        kind="run" if run.path is not None else "memory",
-        summary=run.summary,
-        path=run.path,
-        manifest=dict(run.manifest),
-        _trace_loader=load,
-        _diagnosis=run.diagnosis,
-        _memory=run.memory,
-        _memory_tried=True,  # a run's memory report is the saved one (or none)
-    )
+    result = result_of(run)
+    source = Source(label=run.name, kind="run" if run.path is not None else "memory", result=result, _trace_loader=load)
+    if result.diagnosis is None:
+        source.result = _with_diagnosis(source)
     return source
+
+
+def result_of(run: Run) -> RunResult:
+    """The result a report renders of ``run``: its own once written; for a handle without one
+    (a region of an enclosing run, a run whose processing failed after its summary), what the
+    handle has."""
+    if run.result is not None and run.result.summary is not None:
+        return run.result
+    analysis = Analysis(trace=None, summary=run.summary, diagnosis=run.diagnosis, memory=run.memory)
+    return RunResult(
+        name=run.name,
+        device=run.device,
+        status=run.status,
+        start_ns=run.start_ns,
+        end_ns=run.end_ns,
+        analysis=analysis,
+        manifest=run.manifest,
+        path=run.path,
+    )
+
+
+def _with_diagnosis(source: Source) -> RunResult:
+    """A run saved without a diagnosis (an older run, a damaged one, one whose diagnosis
+    failed): the one analysis of its trace, with its saved summary and manifest. Its saved
+    memory report stays as it is (nothing is merged into the new diagnosis)."""
+    from ..analysis.analyse import AnalyseOptions, analyse
+
+    result, trace = source.result, source.trace
+    if trace is None or result.analysis is None:
+        return source.result
+    fresh = analyse(trace, AnalyseOptions(summary=result.summary, facts=dict(result.manifest)))
+    return replace(result, analysis=replace(result.analysis, trace=trace, diagnosis=fresh.diagnosis))
 
 
 def _kept_window_trace(run_dir: Path, device: str) -> tuple[Trace | None, str | None]:
@@ -179,22 +213,32 @@ def _kept_window_trace(run_dir: Path, device: str) -> tuple[Trace | None, str | 
 
 
 def as_source(obj: Any) -> Source:
-    """Accept a :class:`Source`, a ``Run``, a ``Summary``, a ``Trace`` or a path."""
+    """Accept a :class:`Source`, a ``Run``, a ``RunResult``, a ``Summary``, a ``Trace`` or a path."""
     from .._run import Run
-    from ..analysis.summary import Summary, summarize
+    from ..analysis.summary import Summary
     from ..trace.model import Trace
 
     if isinstance(obj, Source):
         return obj
     if isinstance(obj, Run):
         return _from_run(obj)
+    if isinstance(obj, RunResult) and obj.summary is not None:
+        return Source(label=obj.name, kind="run" if obj.path is not None else "memory", result=obj)
     if isinstance(obj, Summary):
-        return Source(label="summary", kind="memory", summary=obj)
+        result = RunResult(
+            name="summary",
+            device=obj.device,
+            status=RunStatus.COMPLETE,
+            start_ns=0,
+            end_ns=0,
+            analysis=Analysis(trace=None, summary=obj),
+        )
+        return Source(label="summary", kind="memory", result=result)
     if isinstance(obj, Trace):
-        return Source(label="trace", kind="memory", summary=summarize(obj), manifest=dict(obj.metadata), _trace=obj)
+        return _from_trace(obj, label="trace", kind="memory", path=None)
     if isinstance(obj, (str, os.PathLike)):
         return open_source(obj)
-    raise ConfigurationError(f"expected a Run, Summary, Trace or path, not {type(obj).__name__}")
+    raise ConfigurationError(f"expected a Run, Summary, Trace or path (or a RunResult), not {type(obj).__name__}")
 
 
 def run_extent(source: Source) -> RunExtent | None:

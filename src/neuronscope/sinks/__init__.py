@@ -1,15 +1,16 @@
 """Where a finished run goes: the :class:`Sink` interface and the sinks in use.
 
-Shaped like OpenTelemetry's ``SpanExporter``: the output worker calls ``export`` with each
-:class:`~neuronscope.result.RunResult`, in order, and ``force_flush`` / ``shutdown`` go
-through :func:`flush` and :func:`shutdown` — one path, one deadline. A sink's failure is
-contained where it is called (logged and counted once); it never reaches the user's code nor
-stops the other sinks.
+Shaped like OpenTelemetry's ``SpanExporter``: the output worker hands each
+:class:`~neuronscope.result.RunResult` to :func:`export`, which calls every sink's ``export`` in
+order, and ``force_flush`` / ``shutdown`` go through :func:`flush` and :func:`shutdown` — one
+path, one deadline. A sink's failure is contained here, in :func:`_contained` (logged and
+counted); it never reaches the user's code nor stops the other sinks.
 
 The sinks, in the order they run (chosen by configuration, :func:`active_sinks`):
 
-* :class:`~neuronscope.sinks.rundir.RunDirectorySink` — summary.json, rank.json and the
-  trace in the run directory (always, when the directory could be made);
+* :class:`~neuronscope.sinks.run_format.RunDirectorySink` — summary.json and rank.json in the
+  run directory (always, when the directory could be made; the output stage wrote the trace
+  there before any sink);
 * :class:`~neuronscope.sinks.otel.export.OtelSink` — spans and pushed metrics, when OpenTelemetry
   providers are configured;
 * :class:`~neuronscope.sinks.otel.export.PrometheusSink` — the scrape endpoint's metrics, while
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ..result import RunResult
 
-__all__ = ["CallbackSink", "Sink", "active_sinks", "add_sink", "flush", "remove_sink", "shutdown"]
+__all__ = ["CallbackSink", "Sink", "active_sinks", "add_sink", "export", "flush", "remove_sink", "shutdown"]
 
 
 @runtime_checkable
@@ -101,11 +102,25 @@ def _all_sinks() -> list[Sink]:
 
 
 def _with_run_directory_and_added(otel: list[Any]) -> list[Sink]:
-    from .rundir import RUN_DIRECTORY
+    from .run_format import RUN_DIRECTORY
 
     with _lock:
         extra = list(_extra)
     return [RUN_DIRECTORY, *otel, *extra]
+
+
+def export(result: RunResult) -> RunResult:
+    """Every active sink in order, each with the result as the ones before it left it (the run
+    directory first: the spans point at its files); the manifest fields they return are added."""
+    from dataclasses import replace
+
+    manifest = dict(result.manifest)
+    for sink in active_sinks():
+        added = _contained(sink, "", sink.export, result, exc_info=False)
+        if added:
+            manifest.update(added)
+            result = replace(result, manifest=dict(manifest))
+    return result
 
 
 def flush(timeout_s: float | None) -> bool:
@@ -124,11 +139,12 @@ def shutdown() -> None:
         _contained(sink, "shutdown", sink.shutdown)
 
 
-def _contained(sink: Sink, what: str, fn: Any, *args: Any) -> Any:
+def _contained(sink: Sink, what: str, fn: Any, *args: Any, exc_info: bool = True) -> Any:
+    """The one place a sink's failure stops: counted, logged (``sink 'otel' flush failed``), False."""
     from .. import _stats
 
     try:
         return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - telemetry never raises into user code
-        _stats.contain(f"sink {getattr(sink, 'name', sink)!r} {what}", exc)
+    except Exception as exc:  # noqa: BLE001 - a sink never raises into user code nor stops the others
+        _stats.contain(f"sink {getattr(sink, 'name', sink)!r}{' ' + what if what else ''}", exc, exc_info=exc_info)
         return False

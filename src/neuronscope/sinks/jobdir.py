@@ -10,16 +10,15 @@ analysis/ranks.py.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
 
 from .._paths import RANK_DIR, resolve, run_trace_file
-from ..analysis.ranks import RANK_FILE, RankRun, rank_profile
+from ..analysis.ranks import RankRun, rank_profile
 from ..errors import TraceLoadError
+from .run_format import read_manifest, read_rank_profile
 
 __all__ = ["discover", "read_rank_run", "read_rank_runs"]
 
@@ -76,13 +75,6 @@ def read_rank_run(where: Path, rank_dir: Path | None = None) -> RankRun:
     return run
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TraceLoadError(f"{path}: unreadable: {exc}") from exc
-
-
 def _rank_of_dir(path: Path) -> int | None:
     for part in (path.parent.name, path.name):
         m = RANK_DIR.match(part)
@@ -92,9 +84,7 @@ def _rank_of_dir(path: Path) -> int | None:
 
 
 def _load_run_dir(path: Path) -> RankRun:
-    manifest = _read_json(path / "manifest.json")
-    if not isinstance(manifest, dict) or "schema_version" not in manifest:
-        raise TraceLoadError(f"{path / 'manifest.json'}: not a neuronscope manifest")
+    manifest, _ = read_manifest(path)
     rank = manifest.get("rank")
     if rank is None:
         rank = _rank_of_dir(path)
@@ -104,11 +94,9 @@ def _load_run_dir(path: Path) -> RankRun:
             "directories of a distributed job (<output_dir>/<job id>/rank<N>/...)"
         )
     dist = v if isinstance(v := manifest.get("distributed"), dict) else {}
-    profile = None
     trace = run_trace_file(path)
-    if (path / RANK_FILE).is_file():
-        profile = _read_json(path / RANK_FILE)
-    elif trace is not None:
+    profile = read_rank_profile(path, strict=True)
+    if profile is None and trace is not None:
         from ..trace.chrome import load_trace
 
         profile = rank_profile(load_trace(trace, device=manifest.get("device")))

@@ -1,12 +1,11 @@
-"""The run directory: what a profile leaves on disk.
+"""The run directory's life on disk: created, written privately, pruned.
 
-``<output_dir>/<name>-<UTC time>-<pid>-<n>/``
-    ``manifest.json``  schema version, name, device, versions, wall-clock window, files, sampling
-    ``summary.json``   the Summary (``Summary.from_dict`` reads it back)
-    ``trace.json.gz``  the Kineto trace (any Kineto viewer opens it; ``load_trace`` too)
-    ``neuron/``        raw Neuron runtime files (NEFF/NTFF/...), on Neuron
-
-Directories are created user-only (0o700): traces reveal model structure.
+``<output_dir>/<name>-<UTC time>-<pid>-<n>/``, created user-only (0o700: traces reveal model
+structure), its files written 0o600 and whole (write-then-rename); retention prunes the oldest
+runs, never one in progress. Here: the directory (:func:`create_run_dir`, :func:`mark_complete`,
+:func:`prune`), the writers every file goes through (:func:`write_json`, :func:`write_trace`,
+:func:`write_trace_model`) and the header every manifest.json starts with (:func:`base_manifest`).
+What the files hold — a RunResult written and read back — is :mod:`.run_format`'s.
 """
 
 from __future__ import annotations
@@ -22,22 +21,19 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import TraceLoadError
-
 __all__ = [
+    "IN_FLIGHT_STATUSES",
     "MANIFEST_SCHEMA_VERSION",
-    "RANK_FILE",
-    "RUN_DIRECTORY",
-    "RunDirectoryOptions",
-    "RunDirectorySink",
+    "base_manifest",
     "create_run_dir",
-    "load_run",
+    "files_of",
     "installed_with_python",
+    "mark_complete",
     "program_name",
+    "prune",
     "set_program",
     "write_json",
     "write_trace",
@@ -45,9 +41,6 @@ __all__ = [
 ]
 
 MANIFEST_SCHEMA_VERSION = 1
-#: a rank's profile for ``neuronscope ranks`` (``analysis.ranks.RANK_FILE``, the same name: a test
-#: checks). Not imported from there: that module loads numpy, which ``neuronscope show`` must not.
-RANK_FILE = "rank.json"
 _counter = itertools.count(1)
 _counter_lock = threading.Lock()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -305,169 +298,3 @@ def files_of(path: Path) -> list[dict[str, Any]]:
         for p in sorted(path.rglob("*"))
         if p.is_file() and p.name != "manifest.json"
     ]
-
-
-def load_run(path: str | os.PathLike[str]) -> Any:
-    """Load a saved run directory as a completed :class:`~neuronscope.Run`."""
-    from .._run import Run, RunStatus
-    from ..analysis.summary import Summary
-    from ..result import Analysis, CaptureFacts, Coverage, RunResult
-
-    p = Path(path)
-    manifest_file = p / "manifest.json"
-    try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise TraceLoadError(f"{p}: not a neuronscope run directory (no manifest.json)") from exc
-    except (OSError, ValueError) as exc:
-        raise TraceLoadError(f"{manifest_file}: unreadable manifest: {exc}") from exc
-    if not isinstance(manifest, dict) or "schema_version" not in manifest:
-        raise TraceLoadError(f"{manifest_file}: not a neuronscope manifest (no schema_version)")
-    device = str(manifest.get("device", "cpu"))
-    warnings = list(manifest.get("warnings", []))
-    status = str(manifest.get("status", RunStatus.COMPLETE))
-    if status in IN_FLIGHT_STATUSES:
-        # written by a process that stopped (or has not finished yet): what is here is what it wrote
-        warnings.append(
-            f"incomplete run: its manifest says {status!r} — the process stopped (killed, out of memory) before the run "
-            "was written; what is here is what it wrote"
-        )
-        status = RunStatus.INCOMPLETE
-    trigger, annotation = _load_trigger(manifest, warnings)
-    summary = diagnosis = memory = trace = None
-    summary_file = p / "summary.json"
-    if summary_file.is_file():
-        try:
-            data = json.loads(summary_file.read_text(encoding="utf-8"))
-            summary = Summary.from_dict(data)
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise TraceLoadError(f"{summary_file}: unreadable summary: {exc!r}") from exc
-        if isinstance(data.get("memory"), dict):
-            from ..analysis.memory_model import MemoryReport
-
-            try:
-                memory = MemoryReport.from_dict(data["memory"])
-            except (ValueError, TypeError, KeyError) as exc:
-                warnings.append(f"unreadable memory report in {summary_file}: {exc!r}")
-        if isinstance(data.get("diagnosis"), dict):
-            from ..analysis.diagnosis.model import Diagnosis
-
-            try:
-                diagnosis = Diagnosis.from_dict(data["diagnosis"])
-            except (ValueError, TypeError, KeyError) as exc:  # an older or damaged diagnosis: recomputed on demand
-                warnings.append(f"unreadable diagnosis in {summary_file}: {exc!r}")
-    elif (p / "trace.json.gz").is_file() or (p / "trace.json").is_file():
-        from ..analysis.summary import summarize
-        from ..trace.chrome import load_trace
-
-        trace = load_trace(p, device=device)
-        summary = summarize(trace)
-    rank = _read_json(p / RANK_FILE)  # a rank of a distributed job: what it handed neuronscope ranks
-    result = RunResult(
-        name=str(manifest.get("name", p.name)),
-        device=device,
-        status=status,
-        start_ns=int(manifest.get("start_ns", 0)),
-        end_ns=int(manifest.get("end_ns", 0)),
-        error=manifest.get("error"),
-        error_message=manifest.get("error_message"),
-        warnings=tuple(warnings),
-        analysis=Analysis(
-            trace=trace,
-            summary=summary,
-            diagnosis=diagnosis,
-            memory=memory,
-            rank_profile=rank,
-            warnings=tuple(warnings),
-            coverage=Coverage.from_dict(manifest["coverage"]) if isinstance(manifest.get("coverage"), dict) else None,
-        ),
-        capture=CaptureFacts(trigger=trigger),
-        manifest=manifest,
-        path=p,
-        annotation=annotation,
-    )
-    return Run.from_result(result)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
-def _load_trigger(manifest: dict[str, Any], warnings: list[str]) -> tuple[Any, Any]:
-    """(trigger, Annotation) of a run captured on demand (issue 18)."""
-    from ..result import Annotation
-
-    if not isinstance(manifest.get("trigger"), dict):
-        return None, Annotation()
-    from .._trigger import Trigger, explanation_from_dict
-
-    try:
-        trigger = Trigger.from_dict(manifest["trigger"])
-        baseline = Path(manifest["baseline"]) if isinstance(manifest.get("baseline"), str) else None
-        explanation = explanation_from_dict(manifest["explanation"]) if isinstance(manifest.get("explanation"), dict) else None
-        return trigger, Annotation(baseline=baseline, explanation=explanation)
-    except (ValueError, TypeError, KeyError) as exc:  # a damaged entry must not make the run unreadable
-        warnings.append(f"unreadable trigger in the manifest: {exc!r}")
-        return None, Annotation()
-
-
-@dataclass(frozen=True)
-class RunDirectoryOptions:
-    """How the output stage asks for a capture's files (beyond what the result holds)."""
-
-    save_trace: bool = True
-    trace_metadata: dict[str, Any] = field(default_factory=dict)  #: rank, job, ... for the trace's metadata
-    memory: str | None = None  #: the memory stage's mode: the device may add its memory files
-    backend: Any = None  #: the DeviceBackend, for its memory files
-
-
-class RunDirectorySink:
-    """summary.json (with the diagnosis and memory report), rank.json, trace.json.gz and the
-    device's memory files, in the run directory the output stage made. Raises ``OSError``
-    when the directory cannot be written: the run then completes without a path."""
-
-    name = "run directory"
-
-    def export(self, result: Any) -> dict[str, Any]:
-        """Write ``result``'s files from its trace model (a result read back, or re-exported)."""
-        return self.write(result, [], RunDirectoryOptions())
-
-    def write(self, result: Any, segments: list[Any], options: RunDirectoryOptions) -> dict[str, Any]:
-        """Write the files of a run just captured; ``segments``: its Kineto results, written
-        as they are when there is one (faster than from the model). Returns manifest fields."""
-        run_dir: Path = result.path
-        summary = result.summary.to_dict() if result.summary is not None else {}
-        if result.diagnosis is not None:
-            summary["diagnosis"] = result.diagnosis.to_dict()
-        if result.memory is not None:
-            summary["memory"] = result.memory.to_dict()
-        write_json(run_dir / "summary.json", summary)
-        rank = result.analysis.rank_profile if result.analysis is not None else None
-        if rank is not None:
-            write_json(run_dir / RANK_FILE, dict(rank))
-        if options.save_trace and result.trace is not None:
-            meta: dict[str, Any] = {"neuronscope_device": result.device}
-            if options.trace_metadata:
-                meta["neuronscope"] = dict(options.trace_metadata)
-            single = len(segments) == 1 and segments[0].trace is result.trace and segments[0].results is not None
-            if single:
-                write_trace(segments[0].results, run_dir / "trace.json.gz", meta, saved=segments[0].saved_json)
-            else:  # several segments (a capture that nested others), or a result read back: from the model
-                write_trace_model(result.trace, run_dir / "trace.json.gz", meta)
-        added: dict[str, Any] = {}
-        if options.memory and options.backend is not None and result.memory is not None:
-            added.update(options.backend.write_memory_files(run_dir, options.memory))
-        return added
-
-    def force_flush(self, timeout_s: float | None) -> bool:
-        return True  # every write is done when export returns
-
-    def shutdown(self) -> None:
-        pass
-
-
-#: the one run-directory sink (stateless)
-RUN_DIRECTORY = RunDirectorySink()
