@@ -277,21 +277,29 @@ def test_the_roofs_say_whether_bf16_has_matrix_units():
     assert "bf16" not in DEVICES["NVIDIA H100 SXM5"].line().split("matrix/fp32")[1].split("memory")[0]
 
 
-def _matmul_s(dtype: torch.dtype, m: int = 512) -> float:
-    a, b = torch.randn(m, m).to(dtype), torch.randn(m, m).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t)
-    return best
+def _bf16_speedup(rounds: int, m: int = 512) -> float:
+    """fp32 over bf16 matmul time (> 1: bf16 faster), each the best of ``rounds`` calls taken in
+    alternating order: a burst of load that slows one call leaves the best of the others."""
+    operands = {dt: (torch.randn(m, m).to(dt), torch.randn(m, m).to(dt)) for dt in (torch.float32, torch.bfloat16)}
+    best = dict.fromkeys(operands, float("inf"))
+    for a, b in operands.values():
+        torch.mm(a, b)  # first-call set-up
+    for k in range(rounds):
+        for dt in list(operands)[:: 1 if k % 2 == 0 else -1]:
+            a, b = operands[dt]
+            t = time.perf_counter()
+            torch.mm(a, b)
+            best[dt] = min(best[dt], time.perf_counter() - t)
+    return best[torch.float32] / best[torch.bfloat16]
 
 
 @pytest.mark.timing
 def test_this_cpus_bf16_flag_agrees_with_timing_both_matmuls_here():
     limits = cl.cpu_limits()
-    speedup = _matmul_s(torch.float32) / _matmul_s(torch.bfloat16)  # > 1: bf16 faster
-    if 1.2 < speedup < 1.8:
-        pytest.skip(f"bf16 at {speedup:.2f}x fp32 here: too close to the 1.5x threshold to tell from one timing")
-    assert limits.has_bf16_matrix_units == (speedup >= 1.8), (speedup, limits.line())
+    # the flag's threshold is 1.5x; a timing near it is measured again, with more rounds
+    speedup = _bf16_speedup(15)
+    for rounds in (60, 240):
+        if not 1.2 < speedup < 1.8:
+            break
+        speedup = _bf16_speedup(rounds)
+    assert limits.has_bf16_matrix_units == (speedup >= 1.5), (speedup, limits.line())

@@ -210,6 +210,7 @@ class Recording:
         now = time.monotonic_ns()
         self.started = now
         self.session_started = now  #: the current session (or window)'s start, while recording
+        self.session_cpu_started = time.process_time_ns()  #: the process's CPU time then
         self.recording = True
         self.recorded_ns = 0  #: closed sessions' time
         self.stopped: str | None = None  #: recording ended for good, and why
@@ -251,7 +252,10 @@ class Recording:
         learned = self.events_per_second or _worker.backlog.learned_rate(self.capture.name)
         if learned is not None:
             return int(learned * elapsed_s)
-        by_rate = int(FIRST_EVENT_RATE * elapsed_s)
+        # events are made only while the program's threads run: a starved process (a loaded
+        # machine) records few in a long wall time, while its RSS grows from lazy set-up
+        cpu_s = max(time.process_time_ns() - self.session_cpu_started, 0) / 1e9
+        by_rate = int(FIRST_EVENT_RATE * min(elapsed_s, cpu_s))
         owner, _, rss_at_start = session.recording_since()
         rss = session._rss()
         if owner is None or rss is None or not rss_at_start:
@@ -343,6 +347,7 @@ class Recording:
         with self.lock:
             self.recording = True
             self.session_started = now
+            self.session_cpu_started = time.process_time_ns()
             self.window_steps = 0
             self.window_index += 1
 

@@ -180,7 +180,11 @@ def make_finding(
         share = contention.runnable_share
         us *= share
         us_to_limit = None if us_to_limit is None else us_to_limit * share
-        evidence = {**evidence, "contended": "scaled", "runnable_share": round(share, 3)}
+        evidence = {
+            **evidence,
+            "contended": "scaled",
+            "runnable_share": round(share, 6),
+        }  # 6 digits: the claim divided by it is exact to 1e-5
     elif effect == "marked":
         evidence = {**evidence, "contended": "marked"}
     share_of_window = us / max(words.window_us, 1e-9)
