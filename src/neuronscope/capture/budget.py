@@ -248,7 +248,7 @@ class Recording:
         if learned is not None:
             return int(learned * elapsed_s)
         owner, _, rss_at_start = session.recording_since()
-        rss = session._rss()
+        rss = session.process_rss()
         if owner is None or rss is None or not rss_at_start:
             return int(FIRST_EVENT_RATE * elapsed_s)
         return int(max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT)
@@ -428,8 +428,7 @@ def watch(capture: Any) -> None:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_loop, name="neuronscope-budget", daemon=True)
             _thread.start()
-    if _on_wake not in signals._on_wake:
-        signals._on_wake.append(_on_wake)
+    signals.add_wake_callback(_on_wake)
     _hook_optimizer_steps()
 
 
@@ -519,8 +518,7 @@ def _safe_to_act(frame: Any) -> bool:
     and not inside torch code that holds a ``record_function`` open (:func:`safe_to_stop`)."""
     from . import session
 
-    owned = getattr(session._lock, "_is_owned", None)
-    if owned is not None and owned():
+    if session.lock_held_here():
         return False
     f = frame
     while f is not None:
@@ -655,7 +653,7 @@ def _optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     # the diagnosis finds the steps in the trace: these mark the steps of code that marks none
     # itself (its ns.step() calls and its own repeated regions come first: analysis/diagnosis/steps.py)
     if any(not c.recording.steps_seen for c in _watched):
-        session._mark(MARKER_OPTIMIZER_STEP)
+        session.mark(MARKER_OPTIMIZER_STEP)
     on_step("optimizer")
 
 

@@ -45,7 +45,7 @@ from .budget import Limits, Recording, Windows
 from .devices import DeviceBackend, select_backend, validate_device
 from .devices.neuron import NeuronOptions
 from .processing import ProcessOptions, finish_windows, release_segments, set_last_run, submit
-from .sampling import SamplingPolicy, _count_value
+from .sampling import SamplingPolicy, count_value
 
 _arming.first_call_hooks.append(_control.ensure_started)  # the channel opens at the first decorated call
 
@@ -219,7 +219,7 @@ class ProfileNeuron:
         def start(capture: _Capture, stash: Any = None) -> Run:
             capture.first_call = policy.is_first_profiled_call
             # The policy counts every call: the n-th call of this function is call n on every rank.
-            capture.call_index = _count_value(policy._calls) - 1
+            capture.call_index = count_value(policy.calls) - 1
             if stash is None:
                 stash = _arming.take_stash()
             if stash:  # armed by ns.arm() / `neuronscope arm` (False: checked at call time, not armed)

@@ -110,6 +110,16 @@ class Segment:
     _refs: int = field(default=0, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while one capture reads or saves the segment's shared data (its Kineto JSON)."""
+        return self._lock
+
+    def hold(self) -> None:
+        """One more capture holds the segment (each :meth:`release` gives one back)."""
+        with self._lock:
+            self._refs += 1
+
     def release(self) -> bool:
         """One capture is done with the segment; True when it was the last (free it then)."""
         with self._lock:
@@ -266,6 +276,18 @@ def active_run() -> Any:
     return getattr(inside, "run", None) if inside is not None and inside in _open else None
 
 
+def any_open() -> bool:
+    """Whether a capture is open (no lock: a flag check on ns.step()'s path)."""
+    return bool(_open)
+
+
+def lock_held_here() -> bool:
+    """Whether this thread holds the session's lock (a signal handler that interrupted it must
+    not take it again)."""
+    owned = getattr(_lock, "_is_owned", None)
+    return bool(owned is not None and owned())
+
+
 def innermost() -> "Client | None":
     with _lock:
         return _open[-1] if _open else None
@@ -276,7 +298,8 @@ def open_captures() -> list[Client]:
         return list(_open)
 
 
-def _rss() -> int | None:
+def process_rss() -> int | None:
+    """The process's resident memory now, bytes (None where /proc is not there)."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
@@ -295,13 +318,13 @@ def _start(capture: Client) -> None:
     _session = capture.start_session(all_threads)
     # measured after torch's start: its first start initialises Kineto (time and memory that
     # are not this segment's events)
-    _session_rss = _rss() or 0
+    _session_rss = process_rss() or 0
     _session_start_ns = time.time_ns()
     _session_owner = capture
     _session_thread = threading.get_ident()
     _session_all_threads = all_threads
     _session_continued = ()
-    _mark(MARKER_SEGMENT)
+    mark(MARKER_SEGMENT)
 
 
 def _cut_segment() -> None:
@@ -321,7 +344,7 @@ def _cut_segment() -> None:
         return
     if results is owner.last_window_results:
         return  # a scheduled capture's last window: already a segment of everyone (share_window)
-    rss = _rss()
+    rss = process_rss()
     seg = Segment(
         rss_growth=None if rss is None or not _session_rss else max(rss - _session_rss, 0),
         results=results,
@@ -335,7 +358,7 @@ def _cut_segment() -> None:
         owner.on_segment(prof, seg)
     for c in _open:
         c.segments.append(seg)
-        seg._refs += 1
+        seg.hold()
 
 
 def recording_all_threads() -> bool:
@@ -355,7 +378,7 @@ def share_window(capture: Client, seg: Segment) -> None:
         for other in _open:
             if other is not capture:
                 other.segments.append(seg)
-                seg._refs += 1
+                seg.hold()
 
 
 def _resume() -> None:
@@ -387,7 +410,7 @@ def _reset_token(capture: Client) -> None:
             pass
 
 
-def _mark(name: str) -> None:
+def mark(name: str) -> None:
     """A zero-length record_function: tells which Kineto thread id and trace time a point has."""
     try:
         handle = torch.profiler.record_function(name)
@@ -398,7 +421,7 @@ def _mark(name: str) -> None:
 
 
 def mark_capture(capture: Client, end: bool = False) -> None:
-    _mark(f"{MARKER_CAPTURE_END if end else MARKER_CAPTURE}#{capture.serial}:{capture.name}")
+    mark(f"{MARKER_CAPTURE_END if end else MARKER_CAPTURE}#{capture.serial}:{capture.name}")
 
 
 def _reset_after_fork() -> None:

@@ -19,7 +19,7 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["WAKE", "Terminated", "install", "wake_main_thread"]
+__all__ = ["WAKE", "Terminated", "add_wake_callback", "install", "wake_main_thread"]
 
 _installed = False
 _previous: Any = None
@@ -92,6 +92,12 @@ def _install_wake() -> None:
         WAKE = number
     except (ValueError, OSError):
         return
+
+
+def add_wake_callback(callback: Any) -> None:
+    """Call ``callback(frame)`` in the main thread on the wake signal (once, however often added)."""
+    if callback not in _on_wake:
+        _on_wake.append(callback)
 
 
 def _woken(signum: int, frame: Any) -> None:

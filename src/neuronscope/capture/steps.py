@@ -24,7 +24,7 @@ def step() -> None:
 
     from . import budget, session
 
-    if session._open:
+    if session.any_open():
         # checked before torch's "profiler enabled" flag: a schedule's wait steps record
         # nothing, yet they must be stepped through
         capture = session.innermost()
@@ -33,6 +33,5 @@ def step() -> None:
             return
     elif not _ap._is_profiler_enabled:
         return  # no profile at all: two flag checks
-    session._mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
-    if budget._watched:
-        budget.on_step()  # windows end and limits act at steps (capture/budget.py)
+    session.mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
+    budget.on_step()  # windows end and limits act at steps (capture/budget.py; returns at once when none is watched)

@@ -248,9 +248,9 @@ class _TriggerState:
             key = None
             if spec.key is not None:
                 key = spec.key(*args, **kwargs)
-            from .sampling import _count_value
+            from .sampling import count_value
 
-            n = _count_value(self.policy_calls)
+            n = count_value(self.policy_calls)
             call_ms, thr_ms = dt_ns / 1e6, (self.threshold[0] if threshold_ns is None else threshold_ns) / 1e6
             what = f" (key {key_for_manifest(key)!r})" if spec.key is not None else ""
             trigger = Trigger(
@@ -302,9 +302,9 @@ class _TriggerState:
         return None
 
     def _baseline_attempt_allowed(self, now: float) -> bool:
-        from .sampling import _count_value
+        from .sampling import count_value
 
-        if _count_value(self.timed) < self.baseline_next_call:
+        if count_value(self.timed) < self.baseline_next_call:
             return False
         while self.baseline_attempts and now - self.baseline_attempts[0] >= 3600.0:
             self.baseline_attempts.popleft()
@@ -326,7 +326,7 @@ class _TriggerState:
 
     def baseline_done(self, run: Run, call_ns: int) -> None:
         """A baseline candidate finished: the fastest of the round is the baseline."""
-        from .sampling import _count_value
+        from .sampling import count_value
 
         with self.lock:
             if run.profiled:
@@ -337,7 +337,7 @@ class _TriggerState:
                     self.baseline_at = time.monotonic()
             self.baseline_wanted = self.candidates_left > 0
             # spread the candidates over the traffic (a round ends before min_calls is reached)
-            self.baseline_next_call = _count_value(self.timed) + max(5, self.spec.min_calls // 8)
+            self.baseline_next_call = count_value(self.timed) + max(5, self.spec.min_calls // 8)
             self._update_want()
 
     # -- on the output worker ---------------------------------------------------------------------
@@ -416,9 +416,9 @@ class _TimedCalls:
 
     def __init__(self, spec: Any, policy: Any, start: Callable[..., Run], new_capture: Callable[[], Any]) -> None:
         self.trig: SlowCalls = spec.trigger
-        self.state = _TriggerState(self.trig, policy._calls)
+        self.state = _TriggerState(self.trig, policy.calls)
         self.start, self.new_capture, self.chosen = start, new_capture, spec.ranks
-        self.sampled = policy._yes  # a call the trigger chose is a sampled call: stats() partitions calls
+        self.sampled = policy.count_sampled  # a call the trigger chose is a sampled call: stats() partitions calls
         from .._worker import busy, track_gc
 
         self.busy = busy  # looked up once: observe() runs on every timed call
@@ -446,7 +446,7 @@ class _TimedCalls:
         its own work plus the time other processes held the cores, and a quantile of such times
         fires on the machine's load rather than on slow calls."""
         tid = threading.get_native_id()
-        stat = _system._read_schedstat(tid)
+        stat = _system.read_schedstat(tid)
         if stat is None:
             return
         now = time.monotonic_ns()
@@ -458,7 +458,7 @@ class _TimedCalls:
             self.contended[0] = int((stat[1] - last[1]) >= CONTENDED_WAIT_SHARE * (now - last[0]))
 
     def enabled(self) -> bool:
-        return _config._settings.enabled and (self.chosen is None or _ranks.selected(self.chosen))
+        return _config.is_enabled() and (self.chosen is None or _ranks.selected(self.chosen))
 
     def begin(self, claim: tuple[str, Any] | None, stash: Any = None) -> tuple[Any, str | None, Run]:
         """Start the capture of a call chosen by sampling/arming (``claim`` None) or by the
@@ -580,7 +580,7 @@ def _sync_wrapper(calls: _TimedCalls, func: Any, target: Any, name: str, policy:
     counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
     busy_counts, busy_threshold = state.busy_counts, state.busy_threshold
     trivial = policy.trivial
-    next_call, yes = policy._calls.__next__, policy._yes
+    next_call, yes = policy.calls.__next__, policy.count_sampled
     now, wrapped = time.perf_counter_ns, target
 
     @functools.wraps(target)
