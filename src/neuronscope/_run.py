@@ -16,6 +16,7 @@ caller, why it was skipped) is set on the handle by the capture, on the user's t
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,12 +98,51 @@ class Run:
             self._summary, self._trace = result.analysis.summary, result.analysis.trace
         self._finish(result.status)
 
-    def _finish(self, status: str) -> None:
+    def finish(self, status: str) -> None:
         """No (more) products: skipped, joined, failed, or completed through ``_complete``."""
         self.status = status
         self._summarised.set()
         self._diagnosed.set()
         self._done.set()
+
+    _finish = finish  # processing.py's name for it (issue 38's analysis rewrite moves it to finish())
+
+    # -- what the capture sets, on the user's thread (capture/lifecycle.py) -----------------------
+    @classmethod
+    def not_profiled(cls, name: str, device: str, reason: str, status: str = RunStatus.SKIPPED) -> Run:
+        """A finished handle on a call that ran unprofiled (skipped, or the profiler failed to start)."""
+        run = cls(name, device)
+        run.skip_reason = reason
+        run.finish(status)
+        return run
+
+    def join(self, parent: Run) -> None:
+        """Recorded as a region of ``parent`` (a scheduled profile it ran inside): done when that is."""
+        self.parent = parent
+        self.status = RunStatus.JOINED
+
+    def started(self, start_ns: int) -> None:
+        self.start_ns = start_ns
+
+    def ended(self, end_ns: int, error: BaseException | None = None) -> None:
+        """The profiled code returned at ``end_ns`` (or raised ``error``: its type and message are kept)."""
+        self.end_ns = end_ns
+        if error is not None:
+            self.error = type(error).__name__
+            self.error_message = str(error)[:1024]
+
+    def note_capture(self, **facts: Any) -> None:
+        """What the capture learnt since it started (device memory, CPU contention): CaptureFacts' fields."""
+        self.capture = replace(self.capture, **facts)
+
+    def add_caller_overhead(self, wall_ns: int, cpu_ns: int) -> None:
+        """Time neuronscope spent on the calling thread (torch's own start/stop excluded)."""
+        self.caller_overhead_ns += wall_ns
+        self.caller_overhead_cpu_ns += cpu_ns
+
+    def add_window(self, window: Run) -> None:
+        """A scheduled profile's active window finished as its own run."""
+        self.windows.append(window)
 
     @property
     def result(self) -> RunResult | None:

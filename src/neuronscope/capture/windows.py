@@ -198,7 +198,8 @@ class WindowedRun:
             return True
 
     # -- output worker -------------------------------------------------------------------------
-    def _dir(self) -> Path | None:
+    def directory(self) -> Path | None:
+        """The run directory the windows are written to, made when the first is (None: it could not be)."""
         if self.run_dir is None and self._make_dir is not None:
             self.run_dir, self._make_dir = self._make_dir(), None
         return self.run_dir
@@ -208,7 +209,7 @@ class WindowedRun:
         from .processing import release_segments
 
         try:
-            root = self._dir()
+            root = self.directory()
             if root is None:
                 return
             where = root / WINDOWS_DIR / f"{index:04d}"
@@ -248,7 +249,7 @@ class WindowedRun:
         """windows.json and the fold so far, so a run killed mid-way still reads (output worker)."""
         from ..sinks.rundir import write_json
 
-        root = self._dir()
+        root = self.directory()
         if root is None:
             return
         try:
