@@ -3,7 +3,7 @@
 The capture (capture/lifecycle.py) owns the profiler session; this object owns what limits it --
 the :class:`~.budget.Recording` state, the :class:`~.windows.WindowedRun` that analyses and folds
 each window, and the CPU contention measured over each stretch of recording. The watchdog
-(capture/budget.py) watches this object, not the capture: ``recording``, ``all_threads``, ``name``
+(capture/watchdog.py) watches this object, not the capture: ``recording``, ``all_threads``, ``name``
 and :meth:`limit_action` are what it needs.
 """
 
@@ -18,9 +18,8 @@ from typing import Any, Protocol
 from .. import _system, _worker
 from .._run import Run
 from ..result import Coverage
-from . import budget as _budget
-from . import session
-from .budget import Limits, Recording, Windows
+from . import session, watchdog
+from .budget import STOP_WORDS, Limits, Recording, Windows
 from .processing import ProcessOptions, finish_windows, set_last_run
 from .windows import WindowedRun
 
@@ -67,7 +66,7 @@ class Bounds:
         self.window_start_ns = window_start_ns
         self.windowed: WindowedRun | None = None  # capture/windows.WindowedRun, for a profile in windows
         self.last_window_cpu: Any = None  # the last window's contention, measured as the capture ended
-        self._lock = threading.Lock()  # one limit action at a time (capture/budget.py acts from two threads)
+        self._lock = threading.Lock()  # one limit action at a time (the watchdog and the stepping thread act)
 
     def host_windows(self, windows: Windows, device: str, make_dir: Any) -> None:
         """Profile in windows: each analysed as it ends (capture/windows.py); ``make_dir()`` makes
@@ -75,10 +74,10 @@ class Bounds:
         self.windowed = WindowedRun(self.name, device, windows, self.recording, self.capture.run_dir, make_dir)
 
     def watch(self) -> None:
-        _budget.watch(self)
+        watchdog.watch(self)
 
     def unwatch(self) -> None:
-        _budget.unwatch(self)
+        watchdog.unwatch(self)
 
     def limit_action(self, action: str) -> None:
         """A limit or window boundary was reached (on a thread allowed to stop the session):
@@ -126,7 +125,7 @@ class Bounds:
         elif capture.run is not None:  # a profile that stopped at a limit: its recorded time
             capture.run.note_capture(cpu_contention=cpu)
         if rec.stopped is not None and capture.run is not None:
-            log.info("neuronscope: %r stopped recording at %s; the code runs on unprofiled", self.name, _budget.STOP_WORDS[action])
+            log.info("neuronscope: %r stopped recording at %s; the code runs on unprofiled", self.name, STOP_WORDS[action])
 
     # -- the capture's end ----------------------------------------------------------------------
     def measure_cpu_at_end(self, run: Run) -> None:
@@ -170,7 +169,9 @@ class Bounds:
             end = run.end_ns if was_recording else self.window_start_ns
             start = self.window_start_ns
             cpu = self.last_window_cpu if was_recording else None
-            windowed.submit(rec.window_index, taken, "end", capture.options(None), start, max(end, start), rec.window_steps, cpu=cpu)
+            windowed.submit(
+                rec.window_index, taken, "end", capture.options(None), start, max(end, start), rec.window_steps, cpu=cpu
+            )
         set_last_run(run)
         options = capture.options(None)
         where: Any = capture.run_dir if capture.run_dir is not None else windowed.directory

@@ -217,7 +217,9 @@ class Capture:
         self.bounds = Bounds(self, spec.limits, spec.windows, self._cpu, start_ns)
         if spec.windows is not None:
             output_dir, name, info = spec.output_dir, self.name, self.rank_info
-            make = None if self.run_dir is not None else (lambda: make_run_dir(output_dir, name, start_ns, info, status="recording"))
+            make = (
+                None if self.run_dir is not None else (lambda: make_run_dir(output_dir, name, start_ns, info, status="recording"))
+            )
             self.bounds.host_windows(spec.windows, backend.name, make)
         self.bounds.watch()
 

@@ -22,7 +22,7 @@ def step() -> None:
     """
     import torch.autograd.profiler as _ap
 
-    from . import budget, session
+    from . import session, watchdog
 
     if session.any_open():
         # checked before torch's "profiler enabled" flag: a schedule's wait steps record
@@ -34,4 +34,4 @@ def step() -> None:
     elif not _ap._is_profiler_enabled:
         return  # no profile at all: two flag checks
     session.mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
-    budget.on_step()  # windows end and limits act at steps (capture/budget.py; returns at once when none is watched)
+    watchdog.on_step()  # windows end and limits act at steps (capture/watchdog.py; returns at once when none is watched)

@@ -36,9 +36,7 @@ def decider(policy: SamplingPolicy, name: str, ranks: frozenset[int] | None, *, 
     attend = lambda: _arming.attend(name)  # noqa: E731 - asked only while something is armed
     if ranks is None:
         return policy.decider(enabled=_config.is_enabled, attend=attend, profile_all=profile_all)
-    return policy.decider(
-        enabled=lambda: _config.is_enabled() and _ranks.selected(ranks), attend=attend, profile_all=profile_all
-    )
+    return policy.decider(enabled=lambda: _config.is_enabled() and _ranks.selected(ranks), attend=attend, profile_all=profile_all)
 
 
 class CallProfiler:
@@ -94,7 +92,9 @@ class CallProfiler:
     # ``next()`` to its last (or to ``close()`` when the consumer stops early), not around the
     # creation of the generator object, which runs none of its body. Consume it on one thread:
     # the profiler session belongs to the thread that started it.
-    def profiled_gen(self, wrapped: Callable[..., Iterator[Any]], args: Any, kwargs: Any, stash: Stash) -> Generator[Any, Any, Any]:
+    def profiled_gen(
+        self, wrapped: Callable[..., Iterator[Any]], args: Any, kwargs: Any, stash: Stash
+    ) -> Generator[Any, Any, Any]:
         capture = self.begin(stash)
         try:
             result = yield from wrapped(*args, **kwargs)
@@ -104,7 +104,9 @@ class CallProfiler:
         capture.end(None)
         return result
 
-    async def profiled_agen(self, wrapped: Callable[..., AsyncIterator[Any]], args: Any, kwargs: Any, stash: Stash) -> AsyncIterator[Any]:
+    async def profiled_agen(
+        self, wrapped: Callable[..., AsyncIterator[Any]], args: Any, kwargs: Any, stash: Stash
+    ) -> AsyncIterator[Any]:
         capture = self.begin(stash)
         try:
             async for item in wrapped(*args, **kwargs):
