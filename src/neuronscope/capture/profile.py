@@ -95,29 +95,12 @@ class ProfileNeuron:
             sample=sample, every=every, max_per_minute=max_per_minute, warmup=warmup, seed=seed, sampler=sampler
         )
         self.policy = _policy_for_site(self._sampling, _policy_site)
-        if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
-            raise ConfigurationError(f"profile_neuron(output_dir={output_dir!r}): use a path (str or os.PathLike)")
-        if save_trace is not None and not isinstance(save_trace, bool):
-            raise ConfigurationError(f"profile_neuron(save_trace={save_trace!r}): use True, False or None (auto)")
-        if schedule is not None and not callable(schedule):
-            raise ConfigurationError(
-                "profile_neuron(schedule=...): pass torch.profiler.schedule(wait=..., warmup=..., active=...)"
-            )
-        if neuron is not None and not isinstance(neuron, NeuronOptions):
-            raise ConfigurationError("profile_neuron(neuron=...): pass neuronscope.NeuronOptions(...)")
-        for flag, value in (
-            ("record_shapes", record_shapes),
-            ("profile_memory", profile_memory),
-            ("with_stack", with_stack),
-            ("with_flops", with_flops),
-            ("all_threads", all_threads),
-        ):
-            if not isinstance(value, bool):
-                raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
+        flags = {"record_shapes": record_shapes, "profile_memory": profile_memory, "with_stack": with_stack}
+        _check_options(output_dir, save_trace, schedule, neuron, {**flags, "with_flops": with_flops, "all_threads": all_threads})
         if memory not in (True, False, "history"):
             raise ConfigurationError(f'profile_neuron(memory={memory!r}): use True, False or "history" (CUDA allocator history)')
         #: the memory stage: None (off), "on", or "history"; profile_memory=True implies "on"
-        self.memory = "history" if memory == "history" else ("on" if (memory or profile_memory) else None)
+        self.memory: str | None = "history" if memory == "history" else ("on" if (memory or profile_memory) else None)
         if self.memory:
             profile_memory = True
         self.name = name
@@ -200,12 +183,26 @@ class ProfileNeuron:
                 f"profile_neuron(trigger=...) on the generator {name!r}: triggers time calls, and a generator's call "
                 "returns at once; profile it with sampling options (every=, sample=) instead"
             )
-        from .triggers import wrap_with_trigger
+        from .timed import wrap_with_trigger
 
         return cast(F, wrap_with_trigger(self, func, target, name, save, policy, decide, calls.start, calls.new_capture))
 
     def __repr__(self) -> str:
         return f"<neuronscope.profile_neuron name={self.name!r} device={self.device!r}>"
+
+
+def _check_options(output_dir: Any, save_trace: Any, schedule: Any, neuron: Any, flags: dict[str, Any]) -> None:
+    if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
+        raise ConfigurationError(f"profile_neuron(output_dir={output_dir!r}): use a path (str or os.PathLike)")
+    if save_trace is not None and not isinstance(save_trace, bool):
+        raise ConfigurationError(f"profile_neuron(save_trace={save_trace!r}): use True, False or None (auto)")
+    if schedule is not None and not callable(schedule):
+        raise ConfigurationError("profile_neuron(schedule=...): pass torch.profiler.schedule(wait=..., warmup=..., active=...)")
+    if neuron is not None and not isinstance(neuron, NeuronOptions):
+        raise ConfigurationError("profile_neuron(neuron=...): pass neuronscope.NeuronOptions(...)")
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"profile_neuron({flag}={value!r}): use True or False")
 
 
 def _windows_option(windows: Any, schedule: Any) -> Windows | None:
