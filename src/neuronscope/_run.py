@@ -10,7 +10,8 @@ through the handle, and each attribute waits for the product it reads:
    directory written and the telemetry sent.
 
 What the capture itself knows (start and end, the profiled code's error, what it cost the
-caller, why it was skipped) is set on the handle by the capture, on the user's thread.
+caller, why it was skipped) it sets through the handle's own methods (``not_profiled``,
+``started``, ``ended``, ``note_capture``, ``add_caller_overhead``...), on the user's thread.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This module validates a profile's options (a mistake fails when the profile is made) and wraps:
 ``with`` makes one :class:`~.lifecycle.Capture` per block, a decorated function one per profiled
-call (capture/wrappers.py; capture/triggers.py with ``trigger=``). The capture's lifecycle --
+call (capture/wrappers.py; capture/timed.py with ``trigger=``). The capture's lifecycle --
 start, limits and windows, stop -- is capture/lifecycle.py's.
 
 The calling thread only starts and stops torch.profiler (plus the device synchronize);

@@ -36,14 +36,14 @@ from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
 
 class Client(Protocol):
-    """What the session needs of an open capture; capture/profile.py's ``_Capture`` is one.
-    The session calls only these, so it never imports the profile (which imports it)."""
+    """What the session needs of an open capture; capture/lifecycle.py's ``Capture`` is one.
+    The session calls only these, so it never imports the capture (which imports it)."""
 
     name: str
     serial: int
     all_threads: bool  #: record every thread (lets other threads nest and stop the session)
     schedule: Any  #: the capture's torch.profiler schedule, or None
-    segments: list  #: what the session recorded for this capture, in order
+    segments: list[Segment]  #: what the session recorded for this capture, in order
     last_window_results: Any  #: a scheduled capture's last window (see share_window)
     paused: bool  #: open but not recording (between windows, past its budget): not resumed after a nested profile
 
@@ -58,6 +58,12 @@ class Client(Protocol):
 
     def resume_failed(self, exc: BaseException) -> None:
         """Restarting the session for this capture (after an inner one) raised ``exc``."""
+
+    def step(self) -> None:
+        """Advance a scheduled capture's torch.profiler schedule (``ns.step()``)."""
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the capture (SIGTERM ends the open ones: capture/signals.py)."""
 
 
 __all__ = [
@@ -338,11 +344,12 @@ def _cut_segment() -> None:
         # None when a schedule had run its course (repeat=N): nothing recorded since its last window
         results = prof.profiler.kineto_results if prof.profiler is not None else None
     except Exception as exc:  # noqa: BLE001 - a broken stop loses this segment, not the program
-        owner.stop_failed(exc)
+        if owner is not None:
+            owner.stop_failed(exc)
         results = None
     if results is None:
         return
-    if results is owner.last_window_results:
+    if owner is not None and results is owner.last_window_results:
         return  # a scheduled capture's last window: already a segment of everyone (share_window)
     rss = process_rss()
     seg = Segment(
@@ -389,7 +396,7 @@ def _resume() -> None:
     if capture.schedule is not None:
         return  # a scheduled capture's session is never yielded, so never resumed
     if getattr(capture, "paused", False):
-        return  # between windows, or past its budget: it resumes itself (capture/budget.py)
+        return  # between windows, or past its budget: it resumes itself (capture/bounds.py)
     from .region import continue_open_regions
 
     try:

@@ -24,7 +24,7 @@ __all__ = ["WAKE", "Terminated", "add_wake_callback", "install", "wake_main_thre
 _installed = False
 _previous: Any = None
 #: a real-time signal neuronscope sends its own main thread so that a profile recording only
-#: that thread can be stopped at once when its budget or window ends (capture/budget.py):
+#: that thread can be stopped at once when its budget or window ends (capture/watchdog.py):
 #: torch stops a thread's profile only from that thread. None where there are none, or when
 #: the program handles this signal itself.
 WAKE: int | None = None

@@ -28,7 +28,7 @@ def step() -> None:
         # checked before torch's "profiler enabled" flag: a schedule's wait steps record
         # nothing, yet they must be stepped through
         capture = session.innermost()
-        if capture is not None and capture.spec.schedule is not None:
+        if capture is not None and capture.schedule is not None:
             capture.step()
             return
     elif not _ap._is_profiler_enabled:

@@ -5,7 +5,7 @@ coroutine function, a generator or an async generator -- a profiled call begins 
 Which calls are profiled is decided by wrapt's ``enabled=`` (the sampling policy's decider, in
 C on the "no" path); only the body that runs the user's code differs by kind. The methods that
 call the user's code (``profiled``, ``profiled_async``, ``profiled_gen``, ``profiled_agen``) and
-``wrapper`` are on the stack while it runs: capture/budget.py's ``_CALL_THROUGH`` names them, so a
+``wrapper`` are on the stack while it runs: capture/watchdog.py's ``_CALL_THROUGH`` names them, so a
 wake signal landing in the user's code below them may act.
 """
 
