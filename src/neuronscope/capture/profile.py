@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from .. import _config, _env, _ranks
 from .._run import Run
@@ -91,7 +91,7 @@ class ProfileNeuron:
         self.device = validate_device(device)
         if self.device != "auto":
             select_backend(self.device)  # an explicitly requested device that is absent (or misconfigured) fails here
-        self._sampling = dict(
+        self._sampling: dict[str, Any] = dict(
             sample=sample, every=every, max_per_minute=max_per_minute, warmup=warmup, seed=seed, sampler=sampler
         )
         self.policy = _policy_for_site(self._sampling, _policy_site)
@@ -145,7 +145,7 @@ class ProfileNeuron:
             return capture.unsampled()
         return capture.begin()
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         capture = self._stack().pop()
         capture.end(exc)
         return False
@@ -153,7 +153,7 @@ class ProfileNeuron:
     async def __aenter__(self) -> Run:
         return self.__enter__()
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         return self.__exit__(exc_type, exc, tb)
 
     def _stack(self) -> list[Capture]:
@@ -167,7 +167,7 @@ class ProfileNeuron:
         target = func.__func__ if isinstance(func, (classmethod, staticmethod)) else func
         if not callable(target):
             raise ConfigurationError(f"profile_neuron(...) decorates functions and methods, not {type(func).__name__}")
-        name = self.name or getattr(target, "__qualname__", None) or getattr(target, "__name__", "profile")
+        name = self.name or str(getattr(target, "__qualname__", None) or getattr(target, "__name__", "profile"))
         save = False if self.save_trace is None else self.save_trace
         if _config.disabled_by_environment():
             return func  # NEURONSCOPE_DISABLED=1: not even a wrapper
@@ -217,7 +217,7 @@ def _windows_option(windows: Any, schedule: Any) -> Windows | None:
     return windows
 
 
-_call_counters: dict[str, Any] = {}
+_call_counters: dict[str, itertools.count[int]] = {}
 
 
 def _next_call_index(name: str) -> int:
@@ -234,7 +234,7 @@ def _not_selected_reason(chosen: frozenset[int]) -> str:
     return f"{me} is not in profile_neuron(ranks={sorted(chosen)})"
 
 
-_site_policies: dict[tuple, SamplingPolicy] = {}
+_site_policies: dict[tuple[Any, ...], SamplingPolicy] = {}
 _site_lock = threading.Lock()
 
 

@@ -12,7 +12,7 @@ wake signal landing in the user's code below them may act.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
 import wrapt
@@ -93,7 +93,7 @@ class CallProfiler:
     # creation of the generator object, which runs none of its body. Consume it on one thread:
     # the profiler session belongs to the thread that started it.
     def profiled_gen(
-        self, wrapped: Callable[..., Iterator[Any]], args: Any, kwargs: Any, stash: Stash
+        self, wrapped: Callable[..., Generator[Any, Any, Any]], args: Any, kwargs: Any, stash: Stash
     ) -> Generator[Any, Any, Any]:
         capture = self.begin(stash)
         try:
