@@ -113,7 +113,8 @@ class WindowedRun:
                 self._lost(w, "nothing was recorded in it (the profiler returned no events)")
                 return
             window = Run(self.name, self.device, capture=CaptureFacts(cpu_contention=w.cpu))
-            window.start_ns, window.end_ns = w.start_ns, w.end_ns
+            window.started(w.start_ns)
+            window.ended(w.end_ns)
             analysis = _analysis(window, segments, replace(options, window=index))
             self._fold(w, analysis)
             if self._keeps(index, analysis):
