@@ -81,32 +81,39 @@ class Run:
     def capture_warnings(self) -> tuple[str, ...]:
         return tuple(self._capture_warnings)
 
-    def _publish_summary(self, summary: Summary, trace: Trace) -> None:
+    def publish_summary(self, summary: Summary, trace: Trace) -> None:
+        """The analysis worker's summary (stage 1): ``run.summary`` and ``run.trace`` stop waiting."""
         self._summary, self._trace = summary, trace
         self._summarised.set()
 
-    def _publish_analysis(self, analysis: Analysis) -> None:
+    def publish_analysis(self, analysis: Analysis) -> None:
+        """The whole analysis (stage 2): ``run.diagnosis``, ``run.memory`` and ``run.coverage`` stop waiting."""
         self._analysis = analysis
         self._summary, self._trace = analysis.summary, analysis.trace
         self._summarised.set()
         self._diagnosed.set()
 
-    def _complete(self, result: RunResult) -> None:
+    def complete(self, result: RunResult) -> None:
         """The final product: the run is done (``status`` from the result)."""
         self._result = result
         if result.analysis is not None:
             self._analysis = result.analysis
             self._summary, self._trace = result.analysis.summary, result.analysis.trace
-        self._finish(result.status)
+        self.finish(result.status)
 
     def finish(self, status: str) -> None:
-        """No (more) products: skipped, joined, failed, or completed through ``_complete``."""
+        """No (more) products: skipped, joined, failed, or completed through :meth:`complete`."""
         self.status = status
         self._summarised.set()
         self._diagnosed.set()
         self._done.set()
 
-    _finish = finish  # processing.py's name for it (issue 38's analysis rewrite moves it to finish())
+    # processing.py's names for the stage methods, until issue 38's analysis rewrite calls them by
+    # their public names (tests/test_private_reaches.py lists processing.py until then)
+    _publish_summary = publish_summary
+    _publish_analysis = publish_analysis
+    _complete = complete
+    _finish = finish
 
     # -- what the capture sets, on the user's thread (capture/lifecycle.py) -----------------------
     @classmethod
@@ -327,7 +334,7 @@ class Run:
         run.start_ns, run.end_ns = result.start_ns, result.end_ns
         run.error, run.error_message = result.error, result.error_message
         run.origin = result.path
-        run._complete(result)
+        run.complete(result)
         return run
 
     def _repr_html_(self) -> str:
