@@ -103,7 +103,6 @@ PENDING = {
     "sinks/otel/export.py": "_metrics._cardinality",
     "sinks/otel/endpoint.py": "endpoint._server",
     "analysis/fold.py": "from .summary import _build; from .diagnosis import _CAUSE_RULES",
-    "analysis/diagnosis/rules/tidy.py": "from .precision import _device_ns_by_op, _inclusive_total",
     "report/comparison.py": "from ..analysis.notebook import _pandas, _muted, _table, _wrap",
     "report/comparison_page.py": "from .html import _W, _colour, _e, _run_section",
     "report/terminal.py": "from ..analysis.diff import _tone",
