@@ -260,13 +260,15 @@ class WindowedRun:
             index: dict[str, Any] = {"spec": self.spec.describe(), "windows": rows}
             if compacted:
                 index["compacted"] = compacted
-            write_json(root / WINDOWS_INDEX, index)
+            # the fold first: a run killed between the two writes then never lists a window in
+            # windows.json that its summary.json does not hold yet
             folded = self.folded(None, end_ns=time.time_ns(), start_ns=self._rows.first_start_ns)
             if folded is not None:
                 data = folded.summary.to_dict() if folded.summary is not None else {}
                 if folded.diagnosis is not None:
                     data["diagnosis"] = folded.diagnosis.to_dict()
                 write_json(root / "summary.json", data)
+            write_json(root / WINDOWS_INDEX, index)
         except Exception as exc:  # noqa: BLE001
             _stats.contain("writing the windows index", exc, name=self.name, exc_info=False)
 
