@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import neuronscope as ns
-from neuronscope.capture import budget, session
+from neuronscope.capture import budget, session, watchdog
 from neuronscope.result import Coverage
 
 
@@ -73,15 +73,15 @@ def test_coverage_says_what_was_recorded_and_reads_back():
 
 
 def test_the_wake_signal_acts_in_user_code_only():
-    assert budget._safe_to_act(sys._getframe())  # this test's own frame: user code
+    assert watchdog._safe_to_act(sys._getframe())  # this test's own frame: user code
     with session._lock:  # as inside session.enter/leave: an RLock it would re-enter
-        assert not budget._safe_to_act(sys._getframe())
+        assert not watchdog._safe_to_act(sys._getframe())
     # code running in a neuronscope module (it may hold our locks): not safe
     ours: dict = {"__name__": "neuronscope.capture.somewhere", "sys": sys}
     exec("def working():\n    return sys._getframe()\n\ndef wrapper(user):\n    return user()\n", ours)
-    assert not budget._safe_to_act(ours["working"]())
+    assert not watchdog._safe_to_act(ours["working"]())
     # the user's code below a decorated function's wrapper (which only calls through): safe
-    assert budget._safe_to_act(ours["wrapper"](lambda: sys._getframe()))
+    assert watchdog._safe_to_act(ours["wrapper"](lambda: sys._getframe()))
 
 
 def test_step_times_stay_bounded_with_an_exact_count_and_slowest_step():

@@ -164,9 +164,9 @@ def test_a_flood_of_profiles_without_sampling_options_waits_for_the_backlog_and_
     """What the user asked for by name is never skipped for memory: the caller waits for the
     workers instead, and the backlog stays near the budget all the same."""
     from neuronscope import _worker
-    from neuronscope.capture import profile
+    from neuronscope.capture import lifecycle
 
-    monkeypatch.setattr(profile, "_backpressure_wait_warned", False)  # warned once per process
+    monkeypatch.setattr(lifecycle, "_backpressure_wait_warned", False)  # warned once per process
 
     x, w = xw
     budget = 2 * 1024**2

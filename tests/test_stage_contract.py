@@ -15,7 +15,7 @@ import torch
 
 import neuronscope as ns
 from neuronscope import sinks
-from neuronscope.capture import profile as profile_module
+from neuronscope.capture import lifecycle as lifecycle_module
 from neuronscope.capture.devices.cpu import CpuBackend
 from neuronscope.result import Analysis, DeviceFacts, RunResult
 
@@ -87,7 +87,7 @@ class _SlowEnrichment(CpuBackend):
 
 
 def test_slow_enrichment_runs_after_the_summary_is_published(monkeypatch):
-    monkeypatch.setattr(profile_module, "select_backend", lambda device, neuron=None: _SlowEnrichment())
+    monkeypatch.setattr(lifecycle_module, "select_backend", lambda device, neuron=None: _SlowEnrichment())
     _SlowEnrichment.release.clear()
     with ns.profile_neuron(name="enriched") as run:
         _work()

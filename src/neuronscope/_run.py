@@ -10,12 +10,14 @@ through the handle, and each attribute waits for the product it reads:
    directory written and the telemetry sent.
 
 What the capture itself knows (start and end, the profiled code's error, what it cost the
-caller, why it was skipped) is set on the handle by the capture, on the user's thread.
+caller, why it was skipped) it sets through the handle's own methods (``not_profiled``,
+``started``, ``ended``, ``note_capture``, ``add_caller_overhead``...), on the user's thread.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,30 +81,76 @@ class Run:
     def capture_warnings(self) -> tuple[str, ...]:
         return tuple(self._capture_warnings)
 
-    def _publish_summary(self, summary: Summary, trace: Trace) -> None:
+    def publish_summary(self, summary: Summary, trace: Trace) -> None:
+        """The analysis worker's summary (stage 1): ``run.summary`` and ``run.trace`` stop waiting."""
         self._summary, self._trace = summary, trace
         self._summarised.set()
 
-    def _publish_analysis(self, analysis: Analysis) -> None:
+    def publish_analysis(self, analysis: Analysis) -> None:
+        """The whole analysis (stage 2): ``run.diagnosis``, ``run.memory`` and ``run.coverage`` stop waiting."""
         self._analysis = analysis
         self._summary, self._trace = analysis.summary, analysis.trace
         self._summarised.set()
         self._diagnosed.set()
 
-    def _complete(self, result: RunResult) -> None:
+    def complete(self, result: RunResult) -> None:
         """The final product: the run is done (``status`` from the result)."""
         self._result = result
         if result.analysis is not None:
             self._analysis = result.analysis
             self._summary, self._trace = result.analysis.summary, result.analysis.trace
-        self._finish(result.status)
+        self.finish(result.status)
 
-    def _finish(self, status: str) -> None:
-        """No (more) products: skipped, joined, failed, or completed through ``_complete``."""
+    def finish(self, status: str) -> None:
+        """No (more) products: skipped, joined, failed, or completed through :meth:`complete`."""
         self.status = status
         self._summarised.set()
         self._diagnosed.set()
         self._done.set()
+
+    # processing.py's names for the stage methods, until issue 38's analysis rewrite calls them by
+    # their public names (tests/test_private_reaches.py lists processing.py until then)
+    _publish_summary = publish_summary
+    _publish_analysis = publish_analysis
+    _complete = complete
+    _finish = finish
+
+    # -- what the capture sets, on the user's thread (capture/lifecycle.py) -----------------------
+    @classmethod
+    def not_profiled(cls, name: str, device: str, reason: str, status: str = RunStatus.SKIPPED) -> Run:
+        """A finished handle on a call that ran unprofiled (skipped, or the profiler failed to start)."""
+        run = cls(name, device)
+        run.skip_reason = reason
+        run.finish(status)
+        return run
+
+    def join(self, parent: Run) -> None:
+        """Recorded as a region of ``parent`` (a scheduled profile it ran inside): done when that is."""
+        self.parent = parent
+        self.status = RunStatus.JOINED
+
+    def started(self, start_ns: int) -> None:
+        self.start_ns = start_ns
+
+    def ended(self, end_ns: int, error: BaseException | None = None) -> None:
+        """The profiled code returned at ``end_ns`` (or raised ``error``: its type and message are kept)."""
+        self.end_ns = end_ns
+        if error is not None:
+            self.error = type(error).__name__
+            self.error_message = str(error)[:1024]
+
+    def note_capture(self, **facts: Any) -> None:
+        """What the capture learnt since it started (device memory, CPU contention): CaptureFacts' fields."""
+        self.capture = replace(self.capture, **facts)
+
+    def add_caller_overhead(self, wall_ns: int, cpu_ns: int) -> None:
+        """Time neuronscope spent on the calling thread (torch's own start/stop excluded)."""
+        self.caller_overhead_ns += wall_ns
+        self.caller_overhead_cpu_ns += cpu_ns
+
+    def add_window(self, window: Run) -> None:
+        """A scheduled profile's active window finished as its own run."""
+        self.windows.append(window)
 
     @property
     def result(self) -> RunResult | None:
@@ -286,7 +334,7 @@ class Run:
         run.start_ns, run.end_ns = result.start_ns, result.end_ns
         run.error, run.error_message = result.error, result.error_message
         run.origin = result.path
-        run._complete(result)
+        run.complete(result)
         return run
 
     def _repr_html_(self) -> str:

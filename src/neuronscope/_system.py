@@ -22,7 +22,7 @@ def available_memory() -> int | None:
 
 
 # -- CPU contention: did the profiled thread have a CPU while it ran? ----------------------------
-def _read_schedstat(native_tid: int) -> tuple[int, int] | None:
+def read_schedstat(native_tid: int) -> tuple[int, int] | None:
     """(ns on a CPU, ns runnable but waiting for one) of one thread of this process (Linux
     ``/proc/self/task/<tid>/schedstat``; None where there is none)."""
     try:
@@ -48,7 +48,7 @@ def cpu_sample(native_tid: int) -> tuple[int, tuple[int, int] | None, int | None
     """A reading to compare with a later one (:func:`cpu_contention`): (monotonic ns, the thread's
     schedstat, the machine's busy ns, this process's CPU ns). Three small reads, ~20 us."""
     t = os.times()
-    return time.monotonic_ns(), _read_schedstat(native_tid), _machine_busy_ns(), int((t.user + t.system) * 1e9)
+    return time.monotonic_ns(), read_schedstat(native_tid), _machine_busy_ns(), int((t.user + t.system) * 1e9)
 
 
 def cpu_contention(start: Any, end: Any) -> dict[str, Any] | None:

@@ -16,9 +16,9 @@ import pytest
 
 from neuronscope.analysis.diagnosis import Finding
 from neuronscope.capture.devices.neuron_artifacts import find_artifacts
-from neuronscope.capture.devices.neuron_explorer import (
+from neuronscope.capture.devices.neuron_explorer import collect_explorer
+from neuronscope.capture.devices.neuron_explorer_summary import (
     aggregate,
-    collect_explorer,
     explorer_findings,
     findings_for_profiles,
     metrics_of,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _stats
 from ..errors import ConfigurationError
 from .._trigger import Trigger
-from .sampling import _count_value, attention
+from .sampling import count_value, attention
 
 if TYPE_CHECKING:
     from .._run import Run
@@ -195,10 +195,11 @@ def arm(calls: int = 1, *, name: str | None = None, timeout_s: float = 600.0) ->
     nothing is profiled. A request not filled within ``timeout_s`` seconds is dropped
     (``ns.stats()["arm_expired"]``). :func:`disarm` cancels what is pending.
     """
-    return _arm(calls, name, timeout_s, "ns.arm()")
+    return request(calls, name, timeout_s, "ns.arm()")
 
 
-def _arm(calls: Any, name: Any, timeout_s: Any, source: str) -> ArmRequest:
+def request(calls: Any, name: Any, timeout_s: Any, source: str) -> ArmRequest:
+    """An arm request from ``source`` (``ns.arm()``, the control channel's ``neuronscope arm``)."""
     calls, name, timeout_s = validate(calls, name, timeout_s)
     req = ArmRequest(calls, name, timeout_s, source)
     with _lock:
@@ -296,6 +297,19 @@ def attend(name: str) -> bool:
     return False
 
 
+def attach_run(req: ArmRequest, run: Run) -> None:
+    """The armed call handed out by :func:`attend` started as ``run`` (profiled, or not: the call
+    is then given back to the request)."""
+    req._attach(run)
+
+
+def reopen_control() -> None:
+    """``configure(control=...)`` turned the control channel on: it opens at the next decorated call."""
+    global _control_pid
+    _control_pid = None
+    attention[0] = True
+
+
 def take_stash() -> tuple[ArmRequest, int] | None:
     """The request :func:`attend` just handed this thread's call (None when not armed)."""
     stash = getattr(_tls, "request", None)
@@ -346,7 +360,7 @@ def profile_calls() -> dict[str, int]:
     with _lock:
         items = [(n, [r() for r in refs]) for n, refs in _profiles.items()]
     for name, policies in items:
-        out[name] = sum(_count_value(p._calls) for p in policies if p is not None)
+        out[name] = sum(count_value(p.calls) for p in policies if p is not None)
     return out
 
 

@@ -308,7 +308,7 @@ def handle(line: bytes) -> dict[str, Any]:
                 }
             if len(arming.pending()) >= MAX_PENDING_FROM_CLIENTS:
                 return {"ok": False, "error": f"already {MAX_PENDING_FROM_CLIENTS} arm requests pending; wait or disarm"}
-            r = arming._arm(req.get("calls", 1), req.get("name"), req.get("timeout_s", 600.0), "neuronscope arm")
+            r = arming.request(req.get("calls", 1), req.get("name"), req.get("timeout_s", 600.0), "neuronscope arm")
             return {"ok": True, **r.describe()}
         rid = req.get("id")
         if isinstance(rid, bool) or not isinstance(rid, int):
@@ -414,8 +414,7 @@ def settings_changed() -> None:
     from . import arming
 
     if _config.current().control_enabled():
-        arming._control_pid = None
-        arming.attention[0] = True
+        arming.reopen_control()
     else:
         stop()
 

@@ -34,7 +34,7 @@ def segment_records(seg: Any, raw_dir: Path | None = None) -> MemoryRecords:
     ooms = int(np.isin(trace.name_id, oom_ids).sum()) if oom_ids else 0
     if not rows.size and not ooms:
         return MemoryRecords.empty()
-    with seg._lock:
+    with seg.lock:
         path = _saved_json(seg, raw_dir)
     if path is not None:
         try:

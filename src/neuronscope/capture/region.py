@@ -70,7 +70,7 @@ def continue_open_regions() -> tuple[str, ...]:
 
 def _profiling() -> bool:
     # torch sets this module-level flag in its profiler's start/stop callbacks.
-    return _autograd_profiler._is_profiler_enabled and _config._settings.enabled
+    return _autograd_profiler._is_profiler_enabled and _config.is_enabled()
 
 
 class Region:

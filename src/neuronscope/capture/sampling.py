@@ -35,7 +35,8 @@ __all__ = ["SamplingPolicy"]
 _policies: "weakref.WeakSet[SamplingPolicy]" = weakref.WeakSet()
 
 
-def _count_value(counter: "itertools.count[int]") -> int:
+def count_value(counter: "itertools.count[int]") -> int:
+    """How many times ``counter`` was advanced, without advancing it."""
     # An itertools.count can be advanced atomically (one C call under the GIL), which is why
     # the hot path uses it; its repr, "count(N)", is the only way to read it without advancing.
     return int(repr(counter)[6:-1])
@@ -46,14 +47,14 @@ _retired_lock = threading.Lock()
 
 
 def _tally(calls: "itertools.count[int]", sampled: list[int], warmup: int) -> tuple[int, int]:
-    n = _count_value(calls)
+    n = count_value(calls)
     return n - sampled[0], min(n, warmup)
 
 
 def _retire(calls: "itertools.count[int]", sampled: list[int], warmup: int) -> None:
     unsampled, warm = _tally(calls, sampled, warmup)
     with _retired_lock:
-        _retired["calls"] += _count_value(calls)
+        _retired["calls"] += count_value(calls)
         _retired["unsampled"] += unsampled
         _retired["warmup"] += warm
 
@@ -62,8 +63,8 @@ def _unsampled_counts() -> dict[str, int]:
     with _retired_lock:
         calls, unsampled, warmup = _retired["calls"], _retired["unsampled"], _retired["warmup"]
     for policy in list(_policies):
-        u, w = _tally(policy._calls, policy._sampled, policy.warmup)
-        calls += _count_value(policy._calls)
+        u, w = _tally(policy.calls, policy._sampled, policy.warmup)
+        calls += count_value(policy.calls)
         unsampled += u
         warmup += w
     return {"calls": calls, "unsampled": unsampled, "warmup": warmup}
@@ -101,7 +102,7 @@ class SamplingPolicy:
         self._random = random.Random(seed).random if seed is not None else random.random
         self._sampler = sampler
         self._lock = threading.Lock()
-        self._calls = itertools.count()  # every call; next() is atomic
+        self.calls = itertools.count()  # every call; next() is atomic
         self._sampled = [0]  # calls that passed the policy (under _lock); a box the finalizer shares
         self._recent: deque[float] = deque()
         self._threshold = 1.0 if sample is None else float(sample)
@@ -109,7 +110,7 @@ class SamplingPolicy:
         self.trivial = sample is None and every is None and max_per_minute is None and warmup == 0 and sampler is None
         self._decide = self.decider()
         _policies.add(self)
-        weakref.finalize(self, _retire, self._calls, self._sampled, warmup)
+        weakref.finalize(self, _retire, self.calls, self._sampled, warmup)
 
     def should_profile(self) -> bool:
         """Decide for one call (thread-safe). The "no" path takes no lock."""
@@ -129,8 +130,8 @@ class SamplingPolicy:
         shared :data:`attention` flag is up. ``profile_all=False``: without sampling
         options, no call is chosen (a trigger decides instead).
         """
-        next_call = self._calls.__next__
-        yes = self._yes
+        next_call = self.calls.__next__
+        yes = self.count_sampled
         warmup, every, threshold, rand = self.warmup, self.every, self._threshold, self._random
         coin, sampler = self._coin, self._sampler
         take_slot = self._take_rate_slot if self.max_per_minute is not None else None
@@ -168,7 +169,9 @@ class SamplingPolicy:
 
         return decide
 
-    def _yes(self) -> bool:
+    def count_sampled(self) -> bool:
+        """Count one call as sampled (the policy chose it, or a trigger did: ``ns.stats()``
+        partitions calls into sampled and not); True, for the deciders to return."""
         with self._lock:
             self._sampled[0] += 1
         return True

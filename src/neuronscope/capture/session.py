@@ -36,14 +36,14 @@ from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
 
 class Client(Protocol):
-    """What the session needs of an open capture; capture/profile.py's ``_Capture`` is one.
-    The session calls only these, so it never imports the profile (which imports it)."""
+    """What the session needs of an open capture; capture/lifecycle.py's ``Capture`` is one.
+    The session calls only these, so it never imports the capture (which imports it)."""
 
     name: str
     serial: int
     all_threads: bool  #: record every thread (lets other threads nest and stop the session)
     schedule: Any  #: the capture's torch.profiler schedule, or None
-    segments: list  #: what the session recorded for this capture, in order
+    segments: list[Segment]  #: what the session recorded for this capture, in order
     last_window_results: Any  #: a scheduled capture's last window (see share_window)
     paused: bool  #: open but not recording (between windows, past its budget): not resumed after a nested profile
 
@@ -58,6 +58,12 @@ class Client(Protocol):
 
     def resume_failed(self, exc: BaseException) -> None:
         """Restarting the session for this capture (after an inner one) raised ``exc``."""
+
+    def step(self) -> None:
+        """Advance a scheduled capture's torch.profiler schedule (``ns.step()``)."""
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the capture (SIGTERM ends the open ones: capture/signals.py)."""
 
 
 __all__ = [
@@ -109,6 +115,16 @@ class Segment:
     saved_json: Any = None
     _refs: int = field(default=0, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while one capture reads or saves the segment's shared data (its Kineto JSON)."""
+        return self._lock
+
+    def hold(self) -> None:
+        """One more capture holds the segment (each :meth:`release` gives one back)."""
+        with self._lock:
+            self._refs += 1
 
     def release(self) -> bool:
         """One capture is done with the segment; True when it was the last (free it then)."""
@@ -266,6 +282,18 @@ def active_run() -> Any:
     return getattr(inside, "run", None) if inside is not None and inside in _open else None
 
 
+def any_open() -> bool:
+    """Whether a capture is open (no lock: a flag check on ns.step()'s path)."""
+    return bool(_open)
+
+
+def lock_held_here() -> bool:
+    """Whether this thread holds the session's lock (a signal handler that interrupted it must
+    not take it again)."""
+    owned = getattr(_lock, "_is_owned", None)
+    return bool(owned is not None and owned())
+
+
 def innermost() -> "Client | None":
     with _lock:
         return _open[-1] if _open else None
@@ -276,7 +304,8 @@ def open_captures() -> list[Client]:
         return list(_open)
 
 
-def _rss() -> int | None:
+def process_rss() -> int | None:
+    """The process's resident memory now, bytes (None where /proc is not there)."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
@@ -295,13 +324,13 @@ def _start(capture: Client) -> None:
     _session = capture.start_session(all_threads)
     # measured after torch's start: its first start initialises Kineto (time and memory that
     # are not this segment's events)
-    _session_rss = _rss() or 0
+    _session_rss = process_rss() or 0
     _session_start_ns = time.time_ns()
     _session_owner = capture
     _session_thread = threading.get_ident()
     _session_all_threads = all_threads
     _session_continued = ()
-    _mark(MARKER_SEGMENT)
+    mark(MARKER_SEGMENT)
 
 
 def _cut_segment() -> None:
@@ -315,13 +344,14 @@ def _cut_segment() -> None:
         # None when a schedule had run its course (repeat=N): nothing recorded since its last window
         results = prof.profiler.kineto_results if prof.profiler is not None else None
     except Exception as exc:  # noqa: BLE001 - a broken stop loses this segment, not the program
-        owner.stop_failed(exc)
+        if owner is not None:
+            owner.stop_failed(exc)
         results = None
     if results is None:
         return
-    if results is owner.last_window_results:
+    if owner is not None and results is owner.last_window_results:
         return  # a scheduled capture's last window: already a segment of everyone (share_window)
-    rss = _rss()
+    rss = process_rss()
     seg = Segment(
         rss_growth=None if rss is None or not _session_rss else max(rss - _session_rss, 0),
         results=results,
@@ -335,7 +365,7 @@ def _cut_segment() -> None:
         owner.on_segment(prof, seg)
     for c in _open:
         c.segments.append(seg)
-        seg._refs += 1
+        seg.hold()
 
 
 def recording_all_threads() -> bool:
@@ -355,7 +385,7 @@ def share_window(capture: Client, seg: Segment) -> None:
         for other in _open:
             if other is not capture:
                 other.segments.append(seg)
-                seg._refs += 1
+                seg.hold()
 
 
 def _resume() -> None:
@@ -366,7 +396,7 @@ def _resume() -> None:
     if capture.schedule is not None:
         return  # a scheduled capture's session is never yielded, so never resumed
     if getattr(capture, "paused", False):
-        return  # between windows, or past its budget: it resumes itself (capture/budget.py)
+        return  # between windows, or past its budget: it resumes itself (capture/bounds.py)
     from .region import continue_open_regions
 
     try:
@@ -387,7 +417,7 @@ def _reset_token(capture: Client) -> None:
             pass
 
 
-def _mark(name: str) -> None:
+def mark(name: str) -> None:
     """A zero-length record_function: tells which Kineto thread id and trace time a point has."""
     try:
         handle = torch.profiler.record_function(name)
@@ -398,7 +428,7 @@ def _mark(name: str) -> None:
 
 
 def mark_capture(capture: Client, end: bool = False) -> None:
-    _mark(f"{MARKER_CAPTURE_END if end else MARKER_CAPTURE}#{capture.serial}:{capture.name}")
+    mark(f"{MARKER_CAPTURE_END if end else MARKER_CAPTURE}#{capture.serial}:{capture.name}")
 
 
 def _reset_after_fork() -> None:

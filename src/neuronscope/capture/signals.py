@@ -19,12 +19,12 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["WAKE", "Terminated", "install", "wake_main_thread"]
+__all__ = ["WAKE", "Terminated", "add_wake_callback", "install", "wake_main_thread"]
 
 _installed = False
 _previous: Any = None
 #: a real-time signal neuronscope sends its own main thread so that a profile recording only
-#: that thread can be stopped at once when its budget or window ends (capture/budget.py):
+#: that thread can be stopped at once when its budget or window ends (capture/watchdog.py):
 #: torch stops a thread's profile only from that thread. None where there are none, or when
 #: the program handles this signal itself.
 WAKE: int | None = None
@@ -92,6 +92,12 @@ def _install_wake() -> None:
         WAKE = number
     except (ValueError, OSError):
         return
+
+
+def add_wake_callback(callback: Any) -> None:
+    """Call ``callback(frame)`` in the main thread on the wake signal (once, however often added)."""
+    if callback not in _on_wake:
+        _on_wake.append(callback)
 
 
 def _woken(signum: int, frame: Any) -> None:

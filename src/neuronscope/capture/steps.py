@@ -22,17 +22,16 @@ def step() -> None:
     """
     import torch.autograd.profiler as _ap
 
-    from . import budget, session
+    from . import session, watchdog
 
-    if session._open:
+    if session.any_open():
         # checked before torch's "profiler enabled" flag: a schedule's wait steps record
         # nothing, yet they must be stepped through
         capture = session.innermost()
-        if capture is not None and capture.spec.schedule is not None:
+        if capture is not None and capture.schedule is not None:
             capture.step()
             return
     elif not _ap._is_profiler_enabled:
         return  # no profile at all: two flag checks
-    session._mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
-    if budget._watched:
-        budget.on_step()  # windows end and limits act at steps (capture/budget.py)
+    session.mark(STEP_MARKER)  # also in your own torch.profiler: ns.diagnose() finds the steps
+    watchdog.on_step()  # windows end and limits act at steps (capture/watchdog.py; returns at once when none is watched)

@@ -68,7 +68,7 @@ def _ours() -> bool:
     """A neuronscope capture is open: the trace being started or stopped is ours."""
     from . import session
 
-    return bool(session._open)
+    return session.any_open()
 
 
 def _flush_python_stderr() -> None:

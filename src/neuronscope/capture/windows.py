@@ -116,7 +116,8 @@ class WindowedRun:
                 self._lost(w, "nothing was recorded in it (the profiler returned no events)")
                 return
             window = Run(self.name, self.device, capture=CaptureFacts(cpu_contention=w.cpu))
-            window.start_ns, window.end_ns = w.start_ns, w.end_ns
+            window.started(w.start_ns)
+            window.ended(w.end_ns)
             with collections_paused():
                 analysis = _analysis(window, segments, replace(options, window=index))
             self._fold(w, analysis)
@@ -204,7 +205,8 @@ class WindowedRun:
             return True
 
     # -- output worker -------------------------------------------------------------------------
-    def _dir(self) -> Path | None:
+    def directory(self) -> Path | None:
+        """The run directory the windows are written to, made when the first is (None: it could not be)."""
         if self.run_dir is None and self._make_dir is not None:
             self.run_dir, self._make_dir = self._make_dir(), None
         return self.run_dir
@@ -213,7 +215,7 @@ class WindowedRun:
         from .processing import release_segments
 
         try:
-            root = self._dir()
+            root = self.directory()
             if root is None:
                 return
             with collections_paused():
@@ -260,7 +262,7 @@ class WindowedRun:
         """windows.json and the fold so far, so a run killed mid-way still reads (output worker)."""
         from ..sinks.rundir import write_json
 
-        root = self._dir()
+        root = self.directory()
         if root is None:
             return
         try:
@@ -270,13 +272,15 @@ class WindowedRun:
             index: dict[str, Any] = {"spec": self.spec.describe(), "windows": rows}
             if compacted:
                 index["compacted"] = compacted
-            write_json(root / WINDOWS_INDEX, index)
+            # the fold first: a run killed between the two writes then never lists a window in
+            # windows.json that its summary.json does not hold yet
             folded = self.folded(None, end_ns=time.time_ns(), start_ns=self._rows.first_start_ns)
             if folded is not None:
                 data = folded.summary.to_dict() if folded.summary is not None else {}
                 if folded.diagnosis is not None:
                     data["diagnosis"] = folded.diagnosis.to_dict()
                 write_json(root / "summary.json", data)
+            write_json(root / WINDOWS_INDEX, index)
         except Exception as exc:  # noqa: BLE001
             _stats.contain("writing the windows index", exc, name=self.name, exc_info=False)
 

@@ -26,7 +26,7 @@ _FLOAT32 = {"float", "float32", "c10::float"}
 _HALF = {"c10::BFloat16", "c10::Half", "bfloat16", "half", "BFloat16", "Half", "float16"}
 
 
-def _device_ns_by_op(ctx: Context) -> dict[int, int]:
+def device_ns_by_op(ctx: Context) -> dict[int, int]:
     """Device time launched by each op position (its own kernels)."""
     trace = ctx.trace
     dev = np.flatnonzero(trace.kind == EventKind.DEVICE)
@@ -66,11 +66,11 @@ def fp32_matmul(ctx: Context) -> list:
     if not recorded:
         ctx.note("matmul/conv precision not checked: profile with record_shapes=True")
         return []
-    dev_by_op = _device_ns_by_op(ctx)
+    dev_by_op = device_ns_by_op(ctx)
     hits = [p for p, (_, dtypes, *_) in recorded.items() if dtypes and str(dtypes[0]) in _FLOAT32]
     if not hits:
         return []
-    dev_ns = _inclusive_total(ctx, hits, dev_by_op)
+    dev_ns = inclusive_total(ctx, hits, dev_by_op)
     names = sorted({trace.names[int(trace.name_id[p])] for p in hits})
     where = source_of(trace, np.array(hits, dtype=np.int64), limit=2)
     return [
@@ -106,7 +106,7 @@ def _precision_advice(ctx: Context) -> str:
     return f"the GPU's {cores} are bf16-native — use bfloat16 (torch.autocast('cuda', dtype=torch.bfloat16) or model.to(torch.bfloat16))"
 
 
-def _inclusive_total(ctx: Context, positions: list[int], dev_by_op: dict[int, int]) -> int:
+def inclusive_total(ctx: Context, positions: list[int], dev_by_op: dict[int, int]) -> int:
     """Device time of the ops at ``positions`` and of the ops nested in them."""
     trace = ctx.trace
     if not dev_by_op:
@@ -154,7 +154,7 @@ def matmul_dims_unaligned(ctx: Context) -> list:
                 break
     if not hits:
         return []
-    dev_by_op = _device_ns_by_op(ctx)
+    dev_by_op = device_ns_by_op(ctx)
     dev_ns = sum(dev_by_op.get(p, 0) for p in hits) or int(trace.duration_ns[hits].sum())
     example = recorded[hits[0]][0]
     return [

@@ -143,12 +143,12 @@ def extra_copy(ctx: Context) -> list:
                 hits.append(b)
     if not hits:
         return []
-    from .precision import _device_ns_by_op, _inclusive_total
+    from .precision import device_ns_by_op, inclusive_total
 
     # at stake: the copies' device time (a blocking copy's host time also holds the wait for
     # everything queued before it, which creating the tensor on the device would not save)
     positions = [int(tree.pos[h]) for h in hits]
-    stake_us = min(_inclusive_total(ctx, positions, _device_ns_by_op(ctx)) / 1e3, _time_us(ctx, tree, hits))
+    stake_us = min(inclusive_total(ctx, positions, device_ns_by_op(ctx)) / 1e3, _time_us(ctx, tree, hits))
     torch_device = _TORCH_DEVICE.get(ctx.device, ctx.device)
     return [
         ctx.finding(
