@@ -18,7 +18,7 @@ from torch.profiler import record_function
 from .. import _config
 from ..errors import ConfigurationError
 
-__all__ = ["Region", "continue_open_regions", "region"]
+__all__ = ["Region", "close_open_regions", "continue_open_regions", "region"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +46,8 @@ def _exit(box: list[Any]) -> None:
             if any(b is box for b in other):
                 other[:] = [b for b in other if b is not box]
                 break
+    if box[1] is None:
+        return  # closed when its session stopped, not continued since
     try:
         box[1].__exit__(None, None, None)
     except Exception:  # noqa: BLE001 - a handle from a session that ended: nothing to close
@@ -55,6 +57,20 @@ def _exit(box: list[Any]) -> None:
 def forget_open_regions() -> None:
     """No capture is open any more: regions still open cannot be continued into anything."""
     _open_by_thread.clear()
+
+
+def close_open_regions() -> None:
+    """Leave this thread's open regions' handles before the session stops (innermost first):
+    torch's profiler stopped under an open ``record_function`` corrupts memory (a crash in the
+    GC later, as with torch's own regions: capture/watchdog.py). :func:`continue_open_regions`
+    enters them again in the next session; the user's exit then leaves that handle."""
+    for box in reversed(_open_by_thread.get(threading.get_ident(), [])):
+        handle, box[1] = box[1], None
+        if handle is not None:
+            try:
+                handle.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - a handle of a session that already ended
+                pass
 
 
 def continue_open_regions() -> tuple[str, ...]:

@@ -259,6 +259,10 @@ def resume(capture: Client) -> bool:
             capture.paused = True
             capture.resume_failed(exc)
             return False
+        from .region import continue_open_regions
+
+        global _session_continued
+        _session_continued = continue_open_regions()  # this thread's regions, closed at the cut
         return True
 
 
@@ -339,6 +343,9 @@ def _cut_segment() -> None:
     prof, owner = _session, _session_owner
     _session, _session_owner = None, None
     stop_ns = time.time_ns()
+    from .region import close_open_regions
+
+    close_open_regions()  # never stop under an open record_function (this thread's regions)
     try:
         prof.stop()
         # None when a schedule had run its course (repeat=N): nothing recorded since its last window
