@@ -224,7 +224,6 @@ class Recording:
         self._last_step: int | None = None
         self._busy_since_step = False  #: the workers ran since the last step (set by the watchdog)
         self._recorded_since_step = True  #: recording ran during the step now running (it may have stopped in it)
-        self.steps_seen_any = False  #: any step (ns.step() or an optimizer's) was timed
 
     # -- estimates -------------------------------------------------------------------------
     def session_events(self, now: int) -> int:
@@ -240,7 +239,7 @@ class Recording:
         from . import session
 
         elapsed_s = max(now - self.session_started, 0) / 1e9
-        if self.events_per_step is not None and self.steps_seen_any:
+        if self.events_per_step is not None and self.steps.count > 0:
             return int(self.events_per_step * (self.window_steps + 1))
         learned = self.events_per_second or _worker.backlog.learned_rate(self.capture.name)
         if learned is not None:
@@ -325,7 +324,7 @@ class Recording:
         share = self.windows.overhead if self.windows is not None else None
         if share is None:
             return True
-        if self.steps_seen_any and len(self.overhead.quiet) < Overhead.QUIET_NEEDED:
+        if self.steps.count > 0 and len(self.overhead.quiet) < Overhead.QUIET_NEEDED:
             return False
         added, _ = self.overhead.measured()
         return added <= share * max(now - self.started, 0)
@@ -361,7 +360,6 @@ class Recording:
             self.steps.add((now - last) / 1e3, overlapped)
             self.overhead.step((now - last) / 1e3, overlapped or self.recording or self._recorded_since_step)
             self._recorded_since_step = self.recording
-            self.steps_seen_any = True
             self._busy_since_step = False
             self._last_step = now
             if self.recording:
