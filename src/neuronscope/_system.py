@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-__all__ = ["add_contention", "available_memory", "cpu_contention", "cpu_sample"]
+__all__ = ["add_contention", "available_memory", "cpu_contention", "cpu_sample", "preemptions"]
 
 
 def available_memory() -> int | None:
@@ -31,6 +31,21 @@ def read_schedstat(native_tid: int) -> tuple[int, int] | None:
         return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def preemptions() -> int:
+    """How many times a thread of this process lost its core while it could run (involuntary
+    context switches, ``getrusage(RUSAGE_SELF)``; ~0.8 us). A call during which this changed
+    waited for a core -- its own thread, or an intra-op thread its thread then spun waiting for
+    at a barrier, burning CPU time -- so neither its wall time nor its CPU time is its own.
+    0 where the count is not kept."""
+    return _resource.getrusage(_resource.RUSAGE_SELF).ru_nivcsw if _resource is not None else 0
+
+
+try:
+    import resource as _resource
+except ImportError:  # not on this platform: calls are never taken as preempted
+    _resource = None  # type: ignore[assignment]
 
 
 def _machine_busy_ns() -> int | None:

@@ -186,11 +186,13 @@ def test_inference_service_tail_trigger_fires_with_the_self_tests_defaults(tmp_p
     # The first long request after min_calls fires; the next 3 long ones are profiled. (On a
     # busy machine a short request may be slower than p99 too and fire later: also captured.)
     assert triggered >= 3 and baselines >= 1 and profiled >= triggered + baselines, out
-    reports = out.split("triggered: ")[1:]
-    assert len(reports) >= 3, out
-    for report in reports[:3]:
-        reason, *causes = report.splitlines()
-        assert "> p99" in reason and "(key 'long')" in reason
+    reports = [r.splitlines() for r in out.split("triggered: ")[1:]]
+    long = [r for r in reports if "(key 'long')" in r[0]]
+    assert len(long) >= 3, out
+    for reason, *causes in long:
+        # the slow path's matmuls explain it; on a loaded machine beside the time the request's
+        # thread waited for a core, which the explanation then names as its own part
+        assert "> p99" in reason
         assert any("aten::addmm" in c and c.split()[0].startswith("+") for c in causes[:2]), out
 
 

@@ -2,13 +2,16 @@
 neuronscope's own background work are timed by their own thread's CPU time and compared with
 calls that overlapped it too — so the trigger neither goes blind while a profile is processed
 (before: in a loop of ~12 us calls, 0 firings in 5 of 5 runs, 129-354 of 700 calls timed) nor
-fires on its own footprint."""
+fires on its own footprint. The same holds beside two CPU-burning processes (issue 35: before,
+the first calls' wall times and intra-op threads spinning for a preempted peer put the p99 at
+1-25 ms for 12 us calls, and the 0.6 ms slow calls fired in 0 of 6 runs)."""
 
 from __future__ import annotations
 
 import pytest
 
 import math
+import re
 import time
 
 import torch
@@ -47,19 +50,42 @@ class Burst:
                 time.sleep(gap_s)
 
 
+def _thresholds(state) -> dict:
+    """What the trigger knew at the end: said when a firing is missing."""
+    return {
+        "calls timed": (state.total, state.busy_total),
+        "thresholds_us": (state.threshold[0] / 1e3, state.busy_threshold[0] / 1e3),
+    }
+
+
+#: normal calls before the slowdown: enough for min_calls (200) timed ones even where a loaded
+#: machine leaves half of them unmeasurable (a thread of ours lost its core meanwhile)
+BEFORE = 1000
+
+
+def _call_number(run) -> int:
+    return int(re.match(r"call (\d+) ", run.trigger.reason).group(1))
+
+
 @pytest.mark.timing
 def test_a_tight_loop_fires_on_the_slow_class_while_the_worker_is_busy(_isolated_runs):
     burst = Burst(max_per_hour=50)  # a p99 hiccup of a short call (~1 %) must not use up the firings
-    burst.run(700, regress_at=400)
+    burst.run(BEFORE + 300, regress_at=BEFORE)
     assert ns.flush(60)
     stats = ns.stats()
-    assert burst.fn._self_neuronscope_trigger.baseline is not None
-    assert stats["triggers_fired"] >= 1, stats
+    state = burst.fn._self_neuronscope_trigger
+    assert state.baseline is not None
+    assert stats["triggers_fired"] >= 1, (stats, _thresholds(state))
     runs = [ns.load_run(p) for p in sorted(_isolated_runs.iterdir())]
     slow = [r for r in runs if r.trigger is not None and r.trigger.kind == "slow"]
-    long = [r for r in slow if r.trigger.key == "long"]
-    assert long and all(r.summary["aten::mm"].calls == 121 for r in long)  # the slow class, profiled
-    assert len(long) > len(slow) - len(long)  # most firings are the slow class, not hiccups of the fast one
+    # calls are numbered from 1: call BEFORE + 1 is the first slow one
+    long = [r for r in slow if r.trigger.key == "long" and _call_number(r) > BEFORE]
+    assert long, ([r.trigger.reason for r in slow], _thresholds(state))
+    assert all(r.summary["aten::mm"].calls == 121 for r in long)  # the slow class, profiled
+    # the other firings are what a p99 gives -- ~1 % of normal calls, as in the test below (<= 10
+    # in 700) -- not the trigger's own footprint, which would add one or more per profile taken
+    others = {r.trigger.reason for r in slow} - {r.trigger.reason for r in long}
+    assert len(others) <= 10 * (BEFORE + 300) / 700, sorted(others)
 
 
 def test_a_tight_loop_without_a_slowdown_is_watched_and_fires_about_as_a_p99_does(_isolated_runs):

@@ -23,7 +23,7 @@ from workloads import rmsnorm_naive
 import neuronscope as ns
 from metrics.conftest import custom_ops
 from neuronscope.analysis.diagnosis.model import Diagnosis, Gaps, Step, Steps
-from neuronscope.capture import processing
+from neuronscope.analysis import analyse
 from neuronscope.sinks import otel
 from neuronscope.sinks.otel import metrics as m
 
@@ -94,15 +94,14 @@ def _diagnosis(run, busy: float, bound: str, steps_us: tuple[float, ...]) -> Dia
 def test_diagnosis_metrics_read_run_diagnosis(reader, xw):
     plan = iter([(72.5, "host", (1500.0, 2500.0)), (95.0, "device", (3000.0,)), (10.0, "host", ())])
 
-    def planned(trace, summary, device, options, warnings):  # stands in for the diagnosis stage
+    def planned(trace, summary, options):  # stands in for the diagnosis stage
         busy, bound, steps = next(plan)
         start, end = trace.start_time_ns, trace.end_time_ns
         return _diagnosis(SimpleNamespace(device="cpu", start_ns=start, end_ns=end), busy, bound, steps)
 
     profiled = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(processing, "_diagnose", lambda run, trace, summary, device, options, warnings: planned(
-            trace, summary, device, options, warnings))
+        mp.setattr(analyse, "_diagnose", planned)
         for _ in range(3):
             with ns.profile_neuron(name="d") as run:
                 rmsnorm_naive(*xw)

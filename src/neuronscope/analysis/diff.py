@@ -638,6 +638,8 @@ class Explanation:
         out = [self._first_line()]
         for c in self.contributions[:top]:
             what = display_name(c.name, labels) if c.kind == "op" else f"idle: {c.name}"
+            if c.kind == "idle" and c.name == CPU_WAIT:
+                what += " (the thread waited for a core: other processes held the CPU)"
             out.append(f"  {c.delta_us / 1e3:+10.3f}{unit}  {what}  ({format_us(c.a_us)} -> {format_us(c.b_us)})")
         rest = sum(c.delta_us for c in self.contributions[top:])
         if len(self.contributions) > top:
@@ -708,6 +710,42 @@ def _communication_line(comm: dict[str, Any], per: str = "") -> str:
     )
 
 
+#: the contribution of the time the profiled thread waited for a core (other processes held them)
+CPU_WAIT = "cpu_wait"
+
+
+def _without_cpu_wait(d: Any) -> tuple[float, dict[str, float]]:
+    """A CPU timeline's busy and idle time without the time its thread waited for a core
+    (:func:`.diagnosis.model.without_waiting`), which the explanation then shows as its own part,
+    ``idle: cpu_wait``: on a loaded machine one time slice of another process (~4 ms) lands in
+    whichever op was running and would otherwise read as that op growing from 10 us to 4 ms."""
+    contention = getattr(d, "contention", None)
+    if contention is None or getattr(d, "timeline", None) != "cpu_main_thread":
+        return d.device_busy_us, dict(d.idle_us_by_class)
+    from .diagnosis.model import without_waiting
+
+    return without_waiting(d.device_busy_us, d.idle_us_by_class, contention)
+
+
+def _without_op_wait(
+    ops: dict[str, float], wait_us: float, calls: dict[str, int], other_per_call: dict[str, float]
+) -> dict[str, float]:
+    """The ops' times less ``wait_us`` of waiting for a core. A preemption lands in one call of
+    one op: first from the ops that took longer per call than on the other side (up to that
+    excess, in proportion to it), the rest in proportion to their time."""
+    if wait_us <= 0:
+        return ops
+    excess = {n: max(us - calls.get(n, 0) * other_per_call[n], 0.0) for n, us in ops.items() if n in other_per_call}
+    total_excess = sum(excess.values())
+    taken = min(wait_us, total_excess)
+    out = {n: us - (taken * excess.get(n, 0.0) / total_excess if total_excess > 0 else 0.0) for n, us in ops.items()}
+    rest, left = wait_us - taken, sum(out.values())
+    if rest > 0 and left > 0:
+        keep = max(left - rest, 0.0) / left
+        out = {n: us * keep for n, us in out.items()}
+    return out
+
+
 def _recorded_us(d: Any) -> float:
     """A diagnosis' recorded time: busy plus idle. For a run profiled in windows that is the
     windows' time, not the span from the first to the last (the pauses between are not in it)."""
@@ -719,20 +757,35 @@ def explain_diff(a: Summary, b: Summary, diag_a: Any, diag_b: Any, *, normalised
     :class:`Explanation`), each side divided by its divisor in ``normalised`` (default: totals)."""
     n = normalised or Normalisation()
 
-    def parts(summary: Summary, d: Any, divisor: float) -> dict[tuple[Literal["op", "idle"], str], float]:
-        out: dict[tuple[Literal["op", "idle"], str], float] = {}
+    def op_parts(summary: Summary, d: Any) -> dict[str, float]:
+        """Each op's share of the busy time (its share of self device time)."""
         total = summary.total_device_time_us
-        for r in summary.rows:
-            if total > 0 and r.self_device_time_us:
-                out[("op", r.name)] = d.device_busy_us * r.self_device_time_us / total / divisor
-        if total <= 0 and d.device_busy_us:
-            out[("op", "(device work)")] = d.device_busy_us / divisor
-        for cls, us in d.idle_us_by_class.items():
+        if total <= 0:
+            return {"(device work)": d.device_busy_us} if d.device_busy_us else {}
+        return {r.name: d.device_busy_us * r.self_device_time_us / total for r in summary.rows if r.self_device_time_us}
+
+    def per_call(summary: Summary, d: Any) -> dict[str, float]:
+        calls = {r.name: r.calls for r in summary.rows}
+        return {name: us / calls[name] for name, us in op_parts(summary, d).items() if calls.get(name)}
+
+    def parts(
+        summary: Summary, d: Any, divisor: float, other: dict[str, float]
+    ) -> dict[tuple[Literal["op", "idle"], str], float]:
+        out: dict[tuple[Literal["op", "idle"], str], float] = {}
+        busy_us, idle_us = _without_cpu_wait(d)
+        calls = {r.name: r.calls for r in summary.rows}
+        ops = _without_op_wait(op_parts(summary, d), d.device_busy_us - busy_us, calls, other)
+        for name, us in ops.items():
+            out[("op", name)] = us / divisor
+        for cls, us in idle_us.items():
             out[("idle", cls)] = us / divisor
+        waited = (d.device_busy_us + sum(d.idle_us_by_class.values())) - (busy_us + sum(idle_us.values()))
+        if waited > 0:
+            out[("idle", CPU_WAIT)] = waited / divisor
         return out
 
     da, db = n.divisor("a"), n.divisor("b")
-    pa, pb = parts(a, diag_a, da), parts(b, diag_b, db)
+    pa, pb = parts(a, diag_a, da, per_call(b, diag_b)), parts(b, diag_b, db, per_call(a, diag_a))
     contributions = [
         Contribution(kind, name, pa.get((kind, name), 0.0), pb.get((kind, name), 0.0)) for kind, name in pa.keys() | pb.keys()
     ]

@@ -24,6 +24,12 @@ from .triggers import CONTENDED_WAIT_SHARE, REFRESH_MASK, REFRESH_MASK_SETTLED, 
 
 __all__ = ["TimedCalls", "wrap_with_trigger"]
 
+#: contention is read over at least this long: a tight loop's 64 calls (~1 ms) often fit
+#: between two of the other processes' time slices (~3 ms), which would read as no contention
+CONTENTION_READ_NS = 20_000_000
+#: calls not timed after each profiled call (TimedCalls.settling)
+SETTLING_CALLS = 2
+
 
 def wrap_with_trigger(
     spec: Any,
@@ -66,8 +72,17 @@ class TimedCalls:
         #: the calling threads wait for a core (other processes share the CPU): calls are then
         #: timed by their own CPU time (module doc)
         self.contended = [0]
+        self._read_contention = False  # whether contention was read once: see _check_contention
+        #: whether contention changes how calls are timed: the sync wrapper's (a coroutine's
+        #: thread runs other tasks too, so its CPU time says nothing of the call's own)
+        self.reads_contention = True
+        #: calls left untimed after a profiled call: the first ones after the profiler stops pay its
+        #: teardown (46-113 us of their own CPU time for a 7 us call, measured; the second call
+        #: sometimes 40 us), which the trigger would otherwise take for a slow call of theirs
+        self.settling = [0]
         self._sched: dict[int, tuple[int, int]] = {}  # thread -> (monotonic ns, run-queue wait ns) at the last refresh
         track_gc()
+        self._check_contention()  # the first reading, on the decorating thread (usually the caller's)
         mask = REFRESH_MASK
         while mask > 7 and mask + 1 > self.trig.min_calls // 2:
             mask >>= 1
@@ -79,7 +94,8 @@ class TimedCalls:
         self.state.refresh()
         if self.state.total >= self.trig.min_calls:
             self.mask = REFRESH_MASK_SETTLED
-        self._check_contention()
+        if self.reads_contention:
+            self._check_contention()
 
     def _check_contention(self) -> None:
         """Whether the calling thread waited for a core since the last refresh on it (Linux
@@ -92,11 +108,20 @@ class TimedCalls:
             return
         now = time.monotonic_ns()
         last = self._sched.get(tid)
+        if last is not None and now - last[0] < CONTENTION_READ_NS:
+            return  # too short to have seen the other processes' time slices: wait for more
         if len(self._sched) > 256:  # a pool that keeps making threads: start over
             self._sched.clear()
         self._sched[tid] = (now, stat[1])
-        if last is not None and now > last[0]:
-            self.contended[0] = int((stat[1] - last[1]) >= CONTENDED_WAIT_SHARE * (now - last[0]))
+        if last is None:
+            return
+        self.contended[0] = contended = int((stat[1] - last[1]) >= CONTENDED_WAIT_SHARE * (now - last[0]))
+        if not self._read_contention:
+            self._read_contention = True
+            if contended:
+                # the calls so far were timed by their wall time on a loaded machine:
+                # the cores' time slices (milliseconds) would stay in the tail for thousands of calls
+                self.state.counts[:] = [0] * len(self.state.counts)
 
     def enabled(self) -> bool:
         return _config.is_enabled() and (self.chosen is None or _ranks.selected(self.chosen))
@@ -129,6 +154,7 @@ class TimedCalls:
         call_ns = 1 << 62 if exc is not None else dt  # a failing call is no baseline
         capture.call_ns = call_ns  # before end(): the output worker reads it for the manifest
         capture.end(exc)
+        self.settling[0] = SETTLING_CALLS
         if kind == "baseline":
             self.state.baseline_done(run, call_ns)
 
@@ -153,6 +179,17 @@ class TimedCalls:
         if not self.state.timed.__next__() & self.mask:
             self.refresh()
 
+    def observe_overlapped(self, dt: int, args: Any, kwargs: Any) -> None:
+        """One call's time into the histogram of calls that overlapped what distorts a call's time
+        (neuronscope's workers; on a loaded machine, a thread of ours losing its core)."""
+        state = self.state
+        if dt > state.busy_threshold[0]:
+            state.slow(dt, args, kwargs, state.busy_threshold[0])
+        b = (dt | 16).bit_length()
+        state.busy_counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
+        if not state.timed.__next__() & self.mask:
+            self.refresh()
+
 
 def _clocks() -> tuple[int, int]:
     """(this thread's CPU time, the garbage-collection time run on it), ns."""
@@ -171,16 +208,19 @@ def _async_wrapper(calls: TimedCalls, func: Any, decide: Callable[[], bool]) -> 
     from .arming import take_stash
 
     now, state = time.perf_counter_ns, calls.state
-
-    busy = calls.busy
+    busy, settling = calls.busy, calls.settling
+    calls.reads_contention = False
 
     async def timed_call(wrapped: Any, args: Any, kwargs: Any) -> Any:
         t0 = now()
         result = await wrapped(*args, **kwargs)
         dt = now() - t0
         # A coroutine shares its thread with the other tasks, so its thread's CPU time says
-        # nothing of its own: calls that overlapped neuronscope's workers are not timed.
-        if not busy[0]:
+        # nothing of its own (nor does it help on a loaded machine): calls that overlapped
+        # neuronscope's workers are not timed.
+        if settling[0]:
+            settling[0] -= 1  # the profiler's teardown is in this call's time (TimedCalls.settling)
+        elif not busy[0]:
             calls.observe(dt, args, kwargs)
         return result
 
@@ -219,10 +259,10 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
     # reads locals only; the histogram's refresh mask is the one attribute it reads.
     state, enabled, profiled, busy, contended = calls.state, calls.enabled, calls.profiled, calls.busy, calls.contended
     counts, threshold, want, timed = state.counts, state.threshold, state.want, state.timed.__next__
-    busy_counts, busy_threshold = state.busy_counts, state.busy_threshold
+    overlapped, settling = calls.observe_overlapped, calls.settling
     trivial = policy.trivial
     next_call, yes = policy.calls.__next__, policy.count_sampled
-    now, wrapped = time.perf_counter_ns, target
+    now, wrapped, preempted = time.perf_counter_ns, target, _system.preemptions
 
     @functools.wraps(target)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -237,36 +277,44 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
             claim = state.claim(args, kwargs, enabled)
             if claim is not None:
                 return profiled(wrapped, args, kwargs, claim)
+        if settling[0]:
+            settling[0] -= 1  # the profiler's teardown is in this call's time (TimedCalls.settling)
+            return wrapped(*args, **kwargs)
         if busy[0]:
             # neuronscope's workers run: the call's time less what it lost to them (module doc)
             before = _clocks()
             t0 = now()
             result = wrapped(*args, **kwargs)
             dt = now() - t0
-            dt -= _lost_to_workers(dt, before)
-            if dt > busy_threshold[0]:
-                state.slow(dt, args, kwargs, busy_threshold[0])
-            b = (dt | 16).bit_length()
-            busy_counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
-            if not timed() & calls.mask:
-                calls.refresh()
+            overlapped(dt - _lost_to_workers(dt, before), args, kwargs)
             return result
-        # other processes hold the cores: the call's own CPU time, as a quiet machine would give
-        # its wall time (module doc)
-        clocks_before = _clocks() if contended[0] else None
+        if contended[0]:
+            return contended_call(args, kwargs)
         t0 = now()
         result = wrapped(*args, **kwargs)
         dt = now() - t0
         if busy[0]:
             return result  # the workers started meanwhile: not measurable
-        if clocks_before is not None:
-            dt -= _lost_to_workers(dt, clocks_before)
         if dt > threshold[0]:
             state.slow(dt, args, kwargs)
         b = (dt | 16).bit_length()
         counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
         if not timed() & calls.mask:
             calls.refresh()
+        return result
+
+    def contended_call(args: Any, kwargs: Any) -> Any:
+        """Other processes hold the cores: the call's own CPU time, as a quiet machine would give
+        its wall time; and when a thread of ours lost its core meanwhile, compared with calls
+        like it, not with the clean ones (module doc)."""
+        before, switches = _clocks(), preempted()
+        t0 = now()
+        result = wrapped(*args, **kwargs)
+        dt = now() - t0
+        if busy[0]:
+            return result  # the workers started meanwhile: not measurable
+        dt -= _lost_to_workers(dt, before)
+        (overlapped if preempted() != switches else calls.observe)(dt, args, kwargs)
         return result
 
     sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined]  # for tests and debugging

@@ -27,7 +27,20 @@ until then twice the ordinary threshold, ``OVERLAP_MARGIN``): calls that overlap
 are compared with calls that overlapped our work. A call blocked on the device (a sync) is
 timed by its CPU time alone while the workers run: its device wait can then not fire it. A call during
 which the workers started is skipped (one per profile), and so are async calls that overlap
-the workers (a coroutine's thread runs the other tasks too).
+the workers (a coroutine's thread runs the other tasks too), and the first calls after a
+profiled one, which pay the profiler's teardown (capture/timed.py's ``SETTLING_CALLS``).
+
+Other processes holding the cores (a loaded machine, read from the calling thread's run-queue
+wait over at least 20 ms; the calls timed by wall before the first reading said so are dropped)
+are the same problem from outside: a
+call is then timed by its own CPU time, and not at all when a thread of the process lost its
+core meanwhile (``getrusage``'s involuntary switches) -- an intra-op thread preempted in a
+parallel region leaves the calling thread spinning at the barrier, on its own CPU time (12 us
+calls beside two CPU burners: p99 of their CPU time 8 ms; of the calls not preempted, 10 us).
+
+Until a histogram holds ``min_calls`` calls of its own, its threshold is read from both: in a
+tight loop most calls overlap the workers, and a threshold that waited for its own calls would
+come after the first slow calls and hold them.
 """
 
 from __future__ import annotations
@@ -181,11 +194,18 @@ class TriggerState:
 
     def _refresh(self) -> None:
         counts = self.counts
-        cum = list(accumulate(counts))
-        total = cum[-1]
+        total = sum(counts)
         if total >= self.decay_at:  # forget old calls slowly: follow drift, stay bounded
             self.counts[:] = [c >> 1 for c in counts]
         self.total = total
+        if total < self.spec.min_calls:
+            # Too few calls of its own -- in a tight loop most calls overlap the workers that
+            # process the baselines -- so, until it has them, the quantile of every timed call:
+            # else no threshold exists when the first slow calls come, and the histogram that
+            # reaches min_calls later holds them, which puts the threshold above them.
+            counts = [a + b for a, b in zip(counts, self.busy_counts)]
+        cum = list(accumulate(counts))
+        total = cum[-1]
         if total < self.spec.min_calls // 2:
             return
         # The median settles long before the tail: the baseline is taken from half of
