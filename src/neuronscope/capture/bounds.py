@@ -66,6 +66,7 @@ class Bounds:
         self.window_start_ns = window_start_ns
         self.windowed: WindowedRun | None = None  # capture/windows.WindowedRun, for a profile in windows
         self.last_window_cpu: Any = None  # the last window's contention, measured as the capture ended
+        self.recorded_steps = 0  # the steps recorded before a limit stopped a profile not in windows
         self._lock = threading.Lock()  # one limit action at a time (the watchdog and the stepping thread act)
 
     def host_windows(self, windows: Windows, device: str, make_dir: Any) -> None:
@@ -123,6 +124,7 @@ class Bounds:
                 rec.window_index, taken, ended_by, capture.options(None), self.window_start_ns, wall, steps, cpu=cpu
             )
         elif capture.run is not None:  # a profile that stopped at a limit: its recorded time
+            self.recorded_steps = steps
             capture.run.note_capture(cpu_contention=cpu)
         if rec.stopped is not None and capture.run is not None:
             log.info("neuronscope: %r stopped recording at %s; the code runs on unprofiled", self.name, STOP_WORDS[action])
@@ -151,6 +153,7 @@ class Bounds:
             max_events=rec.max_events,
             budget_source=rec.budget_source,
             steps=rec.steps.count,
+            recorded_steps=self.recorded_steps,
         )
 
     def ends_in_windows(self) -> bool:

@@ -89,7 +89,7 @@ class TimedCalls:
         self.mask = mask
 
     def refresh(self) -> None:
-        # every 64 calls (or fewer, for a small min_calls) until the threshold is known, then
+        # every 16 calls (or fewer, for a small min_calls) until the threshold is known, then
         # every 1024: re-reading the histogram is ~10 us, kept off nearly every call
         self.state.refresh()
         if self.state.total >= self.trig.min_calls:
@@ -178,6 +178,19 @@ class TimedCalls:
         self.state.counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
         if not self.state.timed.__next__() & self.mask:
             self.refresh()
+
+    def overlapping_workers(self, wrapped: Any, args: Any, kwargs: Any) -> Any:
+        """A call while neuronscope's workers run: its time less what it lost to them; on a
+        loaded machine, not timed when a thread of ours lost its core meanwhile -- its time is
+        then neither the call's nor our workers' footprint (module doc)."""
+        preempted = _system.preemptions
+        before, switches = _clocks(), (preempted() if self.contended[0] else -1)
+        t0 = time.perf_counter_ns()
+        result = wrapped(*args, **kwargs)
+        dt = time.perf_counter_ns() - t0
+        if switches < 0 or preempted() == switches:
+            self.observe_overlapped(dt - _lost_to_workers(dt, before), args, kwargs)
+        return result
 
     def observe_overlapped(self, dt: int, args: Any, kwargs: Any) -> None:
         """One call's time into the histogram of calls that overlapped what distorts a call's time
@@ -281,13 +294,7 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
             settling[0] -= 1  # the profiler's teardown is in this call's time (TimedCalls.settling)
             return wrapped(*args, **kwargs)
         if busy[0]:
-            # neuronscope's workers run: the call's time less what it lost to them (module doc)
-            before = _clocks()
-            t0 = now()
-            result = wrapped(*args, **kwargs)
-            dt = now() - t0
-            overlapped(dt - _lost_to_workers(dt, before), args, kwargs)
-            return result
+            return calls.overlapping_workers(wrapped, args, kwargs)
         if contended[0]:
             return contended_call(args, kwargs)
         t0 = now()

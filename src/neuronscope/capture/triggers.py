@@ -9,7 +9,8 @@ now and then. The comparison is the wall-time explanation ``neuronscope diff`` p
 Cost on the calling thread (bench/bench_trigger_overhead.py): every call is timed with two
 ``perf_counter_ns`` and counted into a fixed log-scale histogram (8 buckets per octave, ~9 %
 wide; counts halved every few thousand calls so it follows drift); the quantile is re-read
-from the histogram every 1024 calls (64 until ``min_calls`` were seen), off the per-call path. The per-call check is one
+from the histogram every 1024 calls (16 until ``min_calls`` were seen: the threshold then exists
+within 16 calls of them), off the per-call path. The per-call check is one
 comparison with the cached threshold and one flag. Once ``max_per_hour`` is used up the
 threshold is lifted until a firing is an hour old, so slow calls then cost nothing either.
 
@@ -33,10 +34,13 @@ profiled one, which pay the profiler's teardown (capture/timed.py's ``SETTLING_C
 Other processes holding the cores (a loaded machine, read from the calling thread's run-queue
 wait over at least 20 ms; the calls timed by wall before the first reading said so are dropped)
 are the same problem from outside: a
-call is then timed by its own CPU time, and not at all when a thread of the process lost its
-core meanwhile (``getrusage``'s involuntary switches) -- an intra-op thread preempted in a
-parallel region leaves the calling thread spinning at the barrier, on its own CPU time (12 us
-calls beside two CPU burners: p99 of their CPU time 8 ms; of the calls not preempted, 10 us).
+call is then timed by its own CPU time, and compared with the calls that overlapped the workers
+when a thread of the process lost its core meanwhile (``getrusage``'s involuntary switches) --
+an intra-op thread preempted in a parallel region leaves the calling thread spinning at the
+barrier, on its own CPU time (12 us calls beside two CPU burners: p99 of their CPU time 8 ms; of
+the calls not preempted, 10 us); such a call that also overlapped the workers is not timed. (Not
+dropping them all: a call longer than a time slice is nearly always preempted on a loaded
+machine, and the slow calls would then never fire.)
 
 Until a histogram holds ``min_calls`` calls of its own, its threshold is read from both: in a
 tight loop most calls overlap the workers, and a threshold that waited for its own calls would
@@ -70,7 +74,7 @@ __all__ = ["CONTENDED_WAIT_SHARE", "REFRESH_MASK", "REFRESH_MASK_SETTLED", "Slow
 log = logging.getLogger("neuronscope")
 
 _BUCKETS = 64 * 8 + 8
-REFRESH_MASK = 63  # re-read the quantile every 64 timed calls (more often for a small min_calls)
+REFRESH_MASK = 15  # re-read the quantile every 16 timed calls until min_calls were timed
 REFRESH_MASK_SETTLED = 1023  # ... and every 1024 once min_calls were timed
 #: normal calls profiled per baseline round; the fastest becomes the baseline (a profiled call
 #: also carries the profiler's own overhead, and another thread may have slowed any one of them)
@@ -186,7 +190,7 @@ class TriggerState:
 
     # -- the sketch ---------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Re-read median and thresholds from the histograms (every 64 timed calls)."""
+        """Re-read median and thresholds from the histograms (every 16 timed calls, then 1024)."""
         try:
             self._refresh()
         finally:

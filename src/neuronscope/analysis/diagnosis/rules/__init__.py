@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..model import Finding
 
 __all__ = [
@@ -83,10 +85,12 @@ class Context:
         subject: str = "",
         us_to_limit: float | None = None,
         host_side: bool = True,
+        trimmed: bool = False,
     ) -> Finding:
         """A finding; ``message=None`` renders it from the evidence with the rule's ``message``.
         ``host_side``: the claim is host or CPU time, which contention inflates (deflated to the
-        thread's time on a CPU, and marked)."""
+        thread's time on a CPU, and marked). ``trimmed``: the rule built the claim from per-call
+        times with the preempted calls cut back (:meth:`trimmed_ns`): it is not scaled again."""
         return make_finding(
             rule_id,
             message,
@@ -99,7 +103,25 @@ class Context:
             subject=subject,
             us_to_limit=us_to_limit,
             host_side=host_side,
+            trimmed=trimmed,
         )
+
+    def trimmed_ns(self, durations: Any, names: Any) -> Any:
+        """Per-call times without the time slices other processes took, on a contended CPU: a
+        preemption lands whole in one call (milliseconds in a microsecond op), so each call counts
+        at most ``PREEMPTED_OVER_MEDIAN`` times the median of its name's calls. Unchanged when the
+        CPU was not contended. (A uniform scaling by the runnable share would also shrink the
+        calls that were never preempted: an optimizer step's claim read 0.49-0.70x of its quiet
+        value that way, beside two CPU burners.)"""
+        durations = np.asarray(durations, dtype=np.float64)
+        if self.contention is None or not self.contention.contended or durations.size == 0:
+            return durations
+        names = np.asarray(names)
+        out = durations.copy()
+        for name in np.unique(names):
+            mine = names == name
+            out[mine] = np.minimum(durations[mine], PREEMPTED_OVER_MEDIAN * float(np.median(durations[mine])))
+        return out
 
     def unprofiled_ns(self, host_ns: float, positions: Any) -> float:
         """Host time ``host_ns`` spent in the ops at ``positions`` less what the profiler added
@@ -170,13 +192,16 @@ def make_finding(
     subject: str = "",
     us_to_limit: float | None = None,
     host_side: bool = True,
+    trimmed: bool = False,
 ) -> Finding:
     """One finding: its claim scaled back where the CPU was contended and the claim is CPU work (a
     host-side claim, or any on a CPU-only run; a wait is marked instead), its severity from its
     share of the recorded time, its message from the evidence (``message=None``) with the rule's
     ``message`` function."""
     effect = _contention_effect(rule_id, device, host_side) if contention is not None and contention.contended else None
-    if effect == "scaled":
+    if effect == "scaled" and trimmed:
+        evidence = {**evidence, "contended": "trimmed"}
+    elif effect == "scaled":
         share = contention.runnable_share
         us *= share
         us_to_limit = None if us_to_limit is None else us_to_limit * share
@@ -214,6 +239,9 @@ def severity_of(share_of_window: float) -> str:
 
 #: the rules whose claims are time the host thread spent running on any device (the Python and
 #: dispatch between ops): contention lengthened it
+#: on a contended CPU, a call counts at most this many times its name's median (Context.trimmed_ns)
+PREEMPTED_OVER_MEDIAN = 3.0
+
 HOST_RULES = frozenset({"launch_bound_loop", "forloop_indexing", "optimizer_single_tensor"})
 #: the rules whose claims are time the thread waited (for data, for the device): sleep and I/O that
 #: contention does not lengthen, or decoding that it does -- marked, never scaled

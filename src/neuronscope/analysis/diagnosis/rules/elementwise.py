@@ -168,7 +168,7 @@ def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray
     the same cache or memory level; never faster than that level's roof, where the roofs are
     known); it saves the rest of the chain's time -- every other op's dispatch and its passes
     over the tensors (measured, RMSNorm of (8, 128, 1024) fp32, in a 32 MiB L3: eager 2.4 ms a
-    call, compiled 0.34). An op's passes are the full-size tensors it reads and writes (from the
+    call with the allocator faulting its tensors in, 0.39 warm; compiled 0.26-0.34). An op's passes are the full-size tensors it reads and writes (from the
     recorded shapes; without them, an op beyond twice the chain's smallest reads one and writes
     one, a reduction only reads)."""
     from ...hardware import CPU_DISPATCH_NS_MAX, PROFILER_NS_PER_EVENT
@@ -201,7 +201,11 @@ def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray
     ns_per_pass = float(min(rates))  # the chain's best op
     reductions = sum(1 for n, p in zip(names, passes) if n in REDUCTIONS and p > 0)
     fused_passes = 2 + reductions
-    fused_ns = fused_passes * ns_per_pass
+    # ... and it still does every full-size op's arithmetic on every element, none faster than
+    # the chain's best op streams one pass (the compiled RMSNorm above, one thread, warm: 260 us
+    # a call for 4 such ops, where 3 passes at the best op's rate would be 141)
+    arithmetic = sum(1 for p in passes if p > 0)
+    fused_ns = max(fused_passes, arithmetic) * ns_per_pass
     limits = getattr(ctx.summary, "limits", None)
     if big and limits is not None:
         # the fused kernel's working set is the input and the output: no faster than the roof
