@@ -1,0 +1,72 @@
+"""The explanation of a slower run names the time its thread waited for a core (issue 35): a
+preemption lands whole in one call of one op, and without this part an op of microseconds read
+as growing to milliseconds and ranked above the ops that really grew (the inference example's
+triggered runs beside two CPU burners: ``aten::t`` 11 us -> 5.5 ms above ``aten::addmm``).
+
+The contention is real: the profiled thread and a CPU-burning process are pinned to one core."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import neuronscope as ns
+from neuronscope.analysis.diff import explain_diff
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins threads to a core (Linux)")
+
+
+def _work(x: torch.Tensor) -> None:
+    for _ in range(200):
+        y = x @ x
+        y.relu_()
+
+
+@pytest.fixture
+def one_core():
+    """This thread on one core, alone with torch's one intra-op thread."""
+    before_cpus, before_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    core = min(before_cpus)
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    yield core
+    os.sched_setaffinity(0, before_cpus)
+    torch.set_num_threads(before_threads)
+
+
+def test_a_run_that_waited_for_a_core_says_so_rather_than_growing_an_op(one_core):
+    x = torch.randn(64, 64)
+    _work(x)
+    with ns.profile_neuron(name="alone") as quiet:
+        _work(x)
+    burner = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{one_core}}})\nwhile True: pass"]
+    )
+    try:
+        with ns.profile_neuron(name="shared") as shared:
+            _work(x)
+            _work(x)  # long enough to be preempted several times (time slices of ~4 ms)
+    finally:
+        burner.kill()
+        burner.wait()
+    ns.flush(30)
+    c = shared.diagnosis.contention
+    assert c is not None and c.contended, c  # the premise: the thread shared its core
+
+    ex = explain_diff(quiet.summary, shared.summary, quiet.diagnosis, shared.diagnosis)
+    parts = {(p.kind, p.name): p for p in ex.contributions}
+    assert sum(p.delta_us for p in ex.contributions) == pytest.approx(ex.delta_us, abs=0.01)  # still exact
+    wait = parts[("idle", "cpu_wait")]
+    assert 0 < wait.b_us <= c.wait_us
+    # B ran the same ops twice: each op grew by its doubled calls, not by the time slices the
+    # burner took -- those are the wait's, which is the largest part
+    calls_a = {r.name: r.calls for r in quiet.summary.rows}
+    for p in ex.contributions:
+        if p.kind == "op" and p.a_us and calls_a.get(p.name):
+            row = shared.summary[p.name]
+            assert p.b_us <= 3 * p.a_us * row.calls / calls_a[p.name], (p, wait)
+    assert max(ex.contributions, key=lambda p: p.delta_us) is wait
