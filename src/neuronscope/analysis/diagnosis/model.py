@@ -654,16 +654,26 @@ def _stream_wait_why(d: "Diagnosis") -> str:
 RUNNABLE_IDLE = ("host_wait", "launch")
 
 
+def waited_us(busy_us: float, idle_by_class: dict[str, float], contention: Any) -> float:
+    """How long of the recorded time (busy plus idle) the thread waited for a core: its
+    run-queue wait over the recorded share of the time it covers, at most what it ran (its ops
+    and the Python between them). 0 when not contended."""
+    if contention is None or not contention.contended:
+        return 0.0
+    ran = busy_us + sum(v for c, v in idle_by_class.items() if c in RUNNABLE_IDLE)
+    return float(min(contention.wait_us * (busy_us + sum(idle_by_class.values())) / max(contention.wall_us, 1e-9), ran))
+
+
 def without_waiting(busy_us: float, idle_by_class: dict[str, float], contention: Any) -> tuple[float, dict[str, float]]:
     """Busy time and idle time by class as they would have been without the time the thread waited
     for a core: that wait landed in what it ran — its ops, and the Python between them, where a
     preemption shows as a long ``host_wait`` gap — in proportion to their time; waits (data,
     syncs, queued device work) were not lengthened. (Unchanged when not contended.)"""
-    if contention is None or not contention.contended:
+    wait = waited_us(busy_us, idle_by_class, contention)
+    if wait <= 0:
         return busy_us, dict(idle_by_class)
     runnable_gaps = sum(v for c, v in idle_by_class.items() if c in RUNNABLE_IDLE)
     ran = busy_us + runnable_gaps
-    wait = min(contention.wait_us * (busy_us + sum(idle_by_class.values())) / max(contention.wall_us, 1e-9), ran)
     in_gaps = wait * runnable_gaps / ran if ran > 0 else 0.0
     idle = dict(idle_by_class)
     idle["host_wait"] = max(idle.get("host_wait", 0.0) - in_gaps, 0.0)
