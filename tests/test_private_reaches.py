@@ -102,10 +102,8 @@ PENDING = {
     "sinks/otel/__init__.py": "settings._own",
     "sinks/otel/export.py": "_metrics._cardinality",
     "sinks/otel/endpoint.py": "endpoint._server",
-    "analysis/fold.py": "from .summary import _build; from .diagnosis import _CAUSE_RULES",
     "report/comparison.py": "from ..analysis.notebook import _pandas, _muted, _table, _wrap",
     "report/comparison_page.py": "from .html import _W, _colour, _e, _run_section",
-    "report/terminal.py": "from ..analysis.diff import _tone",
 }
 
 
