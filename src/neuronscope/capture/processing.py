@@ -36,6 +36,7 @@ from ..trace.kineto import trace_from_kineto
 __all__ = [
     "ProcessOptions",
     "analyse",
+    "analyse_segments",
     "finish_windows",
     "last_run",
     "release_segments",
@@ -98,16 +99,17 @@ def release_segments(segments: list[Any]) -> None:
 def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
     """Trace model, summary (then ``run.summary`` returns), diagnosis, memory, rank profile."""
     try:
-        analysis = _analysis(run, segments, options)
+        analysis = analyse_segments(run, segments, options)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, segments, run_dir)
         return
     _worker.output_worker().submit(lambda: write_out(run, segments, analysis, run_dir, options))
 
 
-def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
+def analyse_segments(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
     """The capture's part (the segments merged, the window, the device's facts), then the one
-    analysis (analysis/analyse.py) with what the capture knows."""
+    analysis (analysis/analyse.py) with what the capture knows: :func:`analyse` here, and each
+    window of a windowed run (capture/windows.py)."""
     from ..analysis.names import compiled_functions
     from .merge import merge_segments
 
