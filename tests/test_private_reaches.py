@@ -100,8 +100,6 @@ PENDING = {
     "sinks/otel/__init__.py": "settings._own",
     "sinks/otel/export.py": "_metrics._cardinality",
     "sinks/otel/endpoint.py": "endpoint._server",
-    "report/comparison.py": "from ..analysis.notebook import _pandas, _muted, _table, _wrap",
-    "report/comparison_page.py": "from .html import _W, _colour, _e, _run_section",
 }
 
 
