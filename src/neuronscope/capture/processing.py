@@ -145,11 +145,11 @@ def analyse_segments(run: Run, segments: list[Any], options: ProcessOptions) -> 
             coverage=coverage,
             memory=(lambda: _memory_input(run, trace, segments, options)) if options.memory else None,
             rank_profile="rank" in options.extra_manifest,
-            on_summary=lambda summary: run._publish_summary(summary, trace),
+            on_summary=lambda summary: run.publish_summary(summary, trace),
             contain_for=run.name,
         ),
     )
-    run._publish_analysis(analysis)
+    run.publish_analysis(analysis)
     return analysis
 
 
@@ -161,11 +161,11 @@ def finish_windows(run: Run, windowed: Any, stopped: str | None, run_dir: Any, o
         if analysis is None:
             run.warn("no window was recorded: nothing to summarise")
             _stats.record("failed")
-            run._finish(RunStatus.FAILED)
+            run.finish(RunStatus.FAILED)
             return
         warnings = [*run.capture_warnings(), *analysis.warnings]
         analysis = replace(analysis, warnings=tuple(dict.fromkeys(warnings)))
-        run._publish_analysis(analysis)
+        run.publish_analysis(analysis)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], run_dir)
         return
@@ -174,7 +174,7 @@ def finish_windows(run: Run, windowed: Any, stopped: str | None, run_dir: Any, o
 
 
 def _segment_trace(seg: Any, device: str) -> Any:
-    with seg._lock:
+    with seg.lock:
         if seg.trace is None:
             seg.trace = trace_from_kineto(seg.results, device=device)
             _worker.backlog.measured(id(seg), len(seg.trace), seg.stop_ns - seg.start_ns, getattr(seg.owner, "name", None))
@@ -243,7 +243,7 @@ def write_out(
         _stats.record("profiled")
         if result.path is not None:
             mark_complete(result.path, max_bytes=_retention_bytes())
-        run._complete(result)
+        run.complete(result)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], where)
     finally:
@@ -337,4 +337,4 @@ def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> No
     if isinstance(run_dir, Path):
         mark_complete(run_dir)
     release_segments(segments)
-    run._finish(RunStatus.FAILED)
+    run.finish(RunStatus.FAILED)
