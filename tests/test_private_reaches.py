@@ -92,30 +92,7 @@ def reaches(path: Path) -> Iterator[str]:
         yield f"{where}:{node.lineno}: {ast.unparse(node)}"
 
 
-#: what is left: modules another branch of issue 38 rewrites (one analysis, one saved result:
-#: processing.py, sinks/) and their importers, and private helpers shared between the renderers.
-#: Strict: a module listed here that no longer reaches fails, so the list only shrinks.
-PENDING = {
-    "capture/processing.py": "run._publish_summary/_publish_analysis/_complete/_finish, seg._lock",
-    "capture/windows.py": "from .processing import _analysis",
-    "capture/memory.py": "from ..sinks.rundir import _already_saved_trace",
-    "sinks/otel/__init__.py": "settings._own",
-    "sinks/otel/export.py": "_metrics._cardinality",
-    "sinks/otel/endpoint.py": "endpoint._server",
-    "analysis/fold.py": "from .summary import _build; from .diagnosis import _CAUSE_RULES",
-    "report/comparison.py": "from ..analysis.notebook import _pandas, _muted, _table, _wrap",
-    "report/comparison_page.py": "from .html import _W, _colour, _e, _run_section",
-    "report/terminal.py": "from ..analysis.diff import _tone",
-}
-
-
-def _case(path: Path) -> object:
-    rel = path.relative_to(ROOT).as_posix()
-    marks = [pytest.mark.xfail(strict=True, reason=f"still reaches: {PENDING[rel]}")] if rel in PENDING else []
-    return pytest.param(path, id=rel, marks=marks)
-
-
-@pytest.mark.parametrize("path", [_case(p) for p in TREES])
+@pytest.mark.parametrize("path", list(TREES), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_module_reaches_into_another_objects_private_fields(path: Path):
     found = list(reaches(path))
     assert not found, "private fields reached from outside their module:\n" + "\n".join(found)

@@ -52,7 +52,7 @@ def test_outcomes_add_up_to_the_calls_with_sampling_triggers_skips_and_failures(
     # a profile whose processing fails: counted as failed, the call unaffected (the others
     # are processed first, so that only this one meets the broken stage)
     ns.flush(30)
-    monkeypatch.setattr(processing, "_analysis", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(processing, "analyse_segments", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
     with ns.profile_neuron(name="broken") as broken:
         lin(torch.randn(4, 32))
     ns.flush(30)

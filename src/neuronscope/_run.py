@@ -108,13 +108,6 @@ class Run:
         self._diagnosed.set()
         self._done.set()
 
-    # processing.py's names for the stage methods, until issue 38's analysis rewrite calls them by
-    # their public names (tests/test_private_reaches.py lists processing.py until then)
-    _publish_summary = publish_summary
-    _publish_analysis = publish_analysis
-    _complete = complete
-    _finish = finish
-
     # -- what the capture sets, on the user's thread (capture/lifecycle.py) -----------------------
     @classmethod
     def not_profiled(cls, name: str, device: str, reason: str, status: str = RunStatus.SKIPPED) -> Run:

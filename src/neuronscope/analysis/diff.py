@@ -55,6 +55,7 @@ __all__ = [
     "diff_summaries",
     "explain_diff",
     "explain_memory_diff",
+    "tone",
 ]
 
 #: Version of :meth:`SummaryDiff.to_dict`'s layout; bumped on any incompatible change.
@@ -307,7 +308,9 @@ class DiffColumn:
     tone: Any = None  #: row -> "worse" | "better" | "" (the cell's colour), or None
 
 
-def _tone(d: Delta, presence: str) -> str:
+def tone(d: Delta, presence: str) -> str:
+    """A change's colour as the tables show it: ``"worse"``, ``"better"`` or ``""`` (within 1%);
+    the diff columns here and the terminal's percent cells read it."""
     if presence == "only_b":
         return "worse"
     if presence == "only_a":
@@ -354,7 +357,7 @@ DIFF_OP_COLUMNS: tuple[DiffColumn, ...] = (
         1,
         lambda o: pct_text(o.self_device_time_us.pct, o.presence),
         lambda o: o.self_device_time_us.pct,
-        lambda o: _tone(o.self_device_time_us, o.presence),
+        lambda o: tone(o.self_device_time_us, o.presence),
     ),
     DiffColumn("calls", "Calls A→B", 4, lambda o: f"{_count(o.calls.a)}→{_count(o.calls.b)}", lambda o: o.calls.b),
 )
@@ -372,7 +375,7 @@ DIFF_REGION_COLUMNS: tuple[DiffColumn, ...] = (
         2,
         lambda r: pct_text(r.wall_time_us.pct, r.presence),
         lambda r: r.wall_time_us.pct,
-        lambda r: _tone(r.wall_time_us, r.presence),
+        lambda r: tone(r.wall_time_us, r.presence),
     ),
     DiffColumn("device_time_us.a", "Device A", 4, lambda r: _us(r.device_time_us.a), lambda r: r.device_time_us.a),
     DiffColumn("device_time_us.b", "Device B", 4, lambda r: _us(r.device_time_us.b), lambda r: r.device_time_us.b),
@@ -382,7 +385,7 @@ DIFF_REGION_COLUMNS: tuple[DiffColumn, ...] = (
         1,
         lambda r: pct_text(r.device_time_us.pct, r.presence),
         lambda r: r.device_time_us.pct,
-        lambda r: _tone(r.device_time_us, r.presence),
+        lambda r: tone(r.device_time_us, r.presence),
     ),
 )
 

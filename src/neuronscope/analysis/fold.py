@@ -39,7 +39,7 @@ from .diagnosis.model import (
     Steps,
 )
 from .roofline import attach_roofline
-from .summary import OpStats, RegionStats, Summary, _build
+from .summary import OpStats, RegionStats, Summary, build_summary
 
 __all__ = ["TimedSteps", "fold_diagnoses", "fold_summaries"]
 
@@ -100,14 +100,14 @@ def fold_summaries(parts: Sequence[Summary]) -> Summary:
     if not parts:
         raise ValueError("fold_summaries: no summaries to fold")
     device = parts[0].device
-    root = _build([_row_tuple(r) for s in parts for r in s.rows], device)
+    root = build_summary([_row_tuple(r) for s in parts for r in s.rows], device)
     total_ns = root.total_device_time_us * 1000.0
     paths = _unique([p for s in parts for p in s.regions])
     regions: dict[str, Summary] = {}
     for path in paths:
         pieces = [s.regions[path] for s in parts if path in s.regions]
         stats = [p.region_stats for p in pieces if p.region_stats is not None]
-        region = _build([_row_tuple(r) for p in pieces for r in p.rows], device)
+        region = build_summary([_row_tuple(r) for p in pieces for r in p.rows], device)
         regions[path] = replace(
             region,
             region_stats=RegionStats(
@@ -119,7 +119,7 @@ def fold_summaries(parts: Sequence[Summary]) -> Summary:
             )
             if stats
             else None,
-            direct_rows=_build([_row_tuple(r) for p in pieces for r in p.direct_rows], device, total_ns).rows,
+            direct_rows=build_summary([_row_tuple(r) for p in pieces for r in p.direct_rows], device, total_ns).rows,
         )
     labels: dict[str, str] = {}
     for s in parts:
@@ -129,7 +129,7 @@ def fold_summaries(parts: Sequence[Summary]) -> Summary:
     folded = replace(
         root,
         regions=regions,
-        direct_rows=_build([_row_tuple(r) for s in parts for r in s.direct_rows], device, total_ns).rows,
+        direct_rows=build_summary([_row_tuple(r) for s in parts for r in s.direct_rows], device, total_ns).rows,
         warnings=_unique([w for s in parts for w in s.warnings]),
         notes=_unique([n for s in parts for n in s.notes]),
         labels=labels,
@@ -426,7 +426,7 @@ def fold_diagnoses(
     note when ours overlapped it); ``window_indexes``: each part's window number; ``summary``:
     the run's folded summary (the rules that follow from it run again over it).
     """
-    from .diagnosis import _CAUSE_RULES
+    from .diagnosis import cause_first
     from .diagnosis.rules import MessageContext, RunContext
 
     if not parts:
@@ -463,8 +463,7 @@ def fold_diagnoses(
     }
     ctx = RunContext(device=parts[0].device, words=MessageContext(window_us, recorded_steps), contention=contention)
     findings = _fold_findings(recorded, ctx, summary, windows_total) if anything else []
-    rules = _CAUSE_RULES.get(bound_by, ())
-    findings = [f for f in findings if f.rule in rules] + [f for f in findings if f.rule not in rules]
+    findings = cause_first(findings, bound_by)
     if contention is not None and contention.contended:
         ctx.note(contention.line())
     steps = _fold_steps(parts, timed)

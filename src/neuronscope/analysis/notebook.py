@@ -28,7 +28,11 @@ __all__ = [
     "PANDAS_HINT",
     "diagnosis_frame",
     "diagnosis_html",
+    "import_pandas",
     "memory_html",
+    "muted_line",
+    "notebook_block",
+    "notebook_table",
     "run_html",
     "summary_frame",
     "summary_html",
@@ -62,17 +66,20 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _wrap(kind: str, body: str) -> str:
+def notebook_block(kind: str, body: str) -> str:
+    """``body`` in the notebook view's styled block (here, and ``Comparison._repr_html_``)."""
     return f'{_CSS}<div class="nsnb nsnb-{kind}">{body}</div>'
 
 
-def _table(kind: str, header: Sequence[str], rows: Sequence[str], left: int = 1) -> str:
-    """A table with ``header`` (the first ``left`` columns left-aligned) over ready-made ``<tr>`` rows."""
+def notebook_table(kind: str, header: Sequence[str], rows: Sequence[str], left: int = 1) -> str:
+    """A table with ``header`` (the first ``left`` columns left-aligned) over ready-made ``<tr>`` rows
+    (here, and ``Comparison._repr_html_``)."""
     head = "".join(f'<th class="t">{_e(h)}</th>' if i < left else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
     return f'<table class="nsnb-{kind}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _muted(text: str, cls: str = "") -> str:
+def muted_line(text: str, cls: str = "") -> str:
+    """``text``, escaped, as a muted line of a notebook view (here, and ``Comparison._repr_html_``)."""
     return f'<p class="muted{" " + cls if cls else ""}">{_e(text)}</p>'
 
 
@@ -106,9 +113,9 @@ def op_table_html(summary: Any, limit: int | None = 20, more_hint: str = "summar
     ops, comp = split_compile_rows(summary.rows, limit)
     with_roof = any(getattr(r, "roofline", None) is not None for r in summary.rows)
     header = ["Name", "Calls", "Self device", "Device %", "Device total", "Self CPU"] + (["% of roof"] if with_roof else [])
-    table = _table("ops", header, _op_rows(summary, ops + comp, with_roof))
+    table = notebook_table("ops", header, _op_rows(summary, ops + comp, with_roof))
     hidden = len(summary.rows) - len(ops) - len(comp)
-    more = _muted(f"{hidden} more ops ({more_hint})", "more") if hidden > 0 else ""
+    more = muted_line(f"{hidden} more ops ({more_hint})", "more") if hidden > 0 else ""
     return table + more
 
 
@@ -119,14 +126,14 @@ def summary_html(summary: Any, limit: int | None = 20) -> str:
         title += " (no accelerator: device time = CPU op time)"
     title += f" · self device time {_e(format_us(summary.total_device_time_us))}</p>"
     if not summary.rows:
-        return _wrap("summary", title + _muted("no ops were recorded"))
+        return notebook_block("summary", title + muted_line("no ops were recorded"))
     body = title + op_table_html(summary, limit, "summary.rows has all; summary.to_pandas() as a DataFrame")
     footer = compile_footer(summary)
     if footer:
-        body += _muted(footer)
-    body += "".join(_muted(f"warning: {w}", "warning") for w in summary.warnings)
-    body += "".join(_muted(n, "note") for n in summary.notes)
-    return _wrap("summary", body)
+        body += muted_line(footer)
+    body += "".join(muted_line(f"warning: {w}", "warning") for w in summary.warnings)
+    body += "".join(muted_line(n, "note") for n in summary.notes)
+    return notebook_block("summary", body)
 
 
 # --- a diagnosis: the verdict and every finding -------------------------------------------------
@@ -138,7 +145,7 @@ def findings_table_html(findings: Sequence[Any]) -> str:
         f'<td class="t sev-{_e(f.severity)}">{_e(f.severity)}</td></tr>'
         for f in findings
     ]
-    return _table("findings", ("Rule", "What to change", "At stake", "Per step", "Severity"), rows, left=2)
+    return notebook_table("findings", ("Rule", "What to change", "At stake", "Per step", "Severity"), rows, left=2)
 
 
 def _verdict(lines: Sequence[str]) -> str:
@@ -156,8 +163,8 @@ def diagnosis_html(d: Any) -> str:
     if d.findings:
         body += f'<p class="line"><b>{len(d.findings)} finding{"s" if len(d.findings) != 1 else ""}</b></p>'
         body += findings_table_html(d.findings)
-    body += "".join(_muted(n, "note") for n in d.notes)
-    return _wrap("diagnosis", body)
+    body += "".join(muted_line(n, "note") for n in d.notes)
+    return notebook_block("diagnosis", body)
 
 
 # --- a memory report: the verdict and who holds the peak ---------------------------------------
@@ -171,11 +178,11 @@ def memory_html(m: Any, format_bytes: Callable[[float], str], limit: int = 10) -
         for h in m.at_peak[:limit]
     ]
     if rows:
-        body += _table("holders", ("Held at the peak by", "Region", "Source", "Bytes", "Allocations"), rows, left=3)
+        body += notebook_table("holders", ("Held at the peak by", "Region", "Source", "Bytes", "Allocations"), rows, left=3)
         if len(m.at_peak) > limit:
-            body += _muted(f"{len(m.at_peak) - limit} more holders (memory.at_peak has all)", "more")
-    body += "".join(_muted(n, "note") for n in m.notes)
-    return _wrap("memory", body)
+            body += muted_line(f"{len(m.at_peak) - limit} more holders (memory.at_peak has all)", "more")
+    body += "".join(muted_line(n, "note") for n in m.notes)
+    return notebook_block("memory", body)
 
 
 # --- a run ------------------------------------------------------------------------------------
@@ -189,7 +196,8 @@ def run_html(run: Any, top: int = 10) -> str:
     capture that is still recording (a run shown inside its own ``with`` block)."""
     if run.status == "pending" and not run.end_ns and not run.windows:
         body = _facts(run.name, [("device", run.device), ("status", run.status)])
-        return _wrap("run", body + _muted("still capturing: the summary and the diagnosis come after the profiled block"))
+        pending = muted_line("still capturing: the summary and the diagnosis come after the profiled block")
+        return notebook_block("run", body + pending)
     summary, diagnosis = run.summary, run.diagnosis
     where = None
     if run.profiled and run.parent is None:
@@ -207,13 +215,13 @@ def run_html(run: Any, top: int = 10) -> str:
     if diagnosis is not None:
         body += _verdict(diagnosis.headline())
         if len(diagnosis.findings) > 1:
-            body += _muted(f"run.diagnosis lists all {len(diagnosis.findings)} findings", "more")
+            body += muted_line(f"run.diagnosis lists all {len(diagnosis.findings)} findings", "more")
     if summary is not None and summary.rows:
         body += op_table_html(summary, top, "run.summary has all")
     elif summary is not None:
-        body += _muted("no ops were recorded")
-    body += "".join(_muted(f"warning: {w}", "warning") for w in run.warnings)
-    return _wrap("run", body)
+        body += muted_line("no ops were recorded")
+    body += "".join(muted_line(f"warning: {w}", "warning") for w in run.warnings)
+    return notebook_block("run", body)
 
 
 def _facts(name: str, facts: Sequence[tuple[str, Any]]) -> str:
@@ -222,7 +230,9 @@ def _facts(name: str, facts: Sequence[tuple[str, Any]]) -> str:
 
 
 # --- pandas -------------------------------------------------------------------------------------
-def _pandas() -> Any:
+def import_pandas() -> Any:
+    """pandas, imported on first use; an ImportError that says how to install it when it is missing
+    (the ``*_frame`` functions here, and ``Comparison.to_pandas``)."""
     try:
         import pandas
     except ImportError as exc:
@@ -248,7 +258,7 @@ def summary_frame(summary: Any) -> Any:
     (FLOPs, bytes, ...) when shapes were recorded and ``roofline_*`` (``pct_of_roof``, ``bound``,
     ``at_limit``, ``time_at_stake_us``...) when a row has a roofline; those are empty (NaN/None)
     on the rows without one."""
-    pd = _pandas()
+    pd = import_pandas()
     rows = list(summary.rows)
     has_work = any(getattr(r, "work", None) is not None for r in rows)
     has_roof = any(getattr(r, "roofline", None) is not None for r in rows)
@@ -276,7 +286,7 @@ def diagnosis_frame(d: Any, what: str = "findings") -> Any:
     op, the source, the ops around — on the longest five)."""
     if what not in DIAGNOSIS_TABLES:
         raise ConfigurationError(f"Diagnosis.to_pandas(what={what!r}): what must be one of {', '.join(DIAGNOSIS_TABLES)}")
-    pd = _pandas()
+    pd = import_pandas()
     if what == "findings":
         cols = ["rule", "severity", "message", "us_at_stake", "us_per_step", "evidence"]
         return pd.DataFrame.from_records([{c: getattr(f, c) for c in cols} for f in d.findings], columns=cols)

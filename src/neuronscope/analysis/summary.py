@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ..trace.model import Trace
 
-__all__ = ["OpStats", "RegionStats", "Summary", "summarize"]
+__all__ = ["OpStats", "RegionStats", "Summary", "build_summary", "summarize"]
 
 #: one aggregated row before it becomes an OpStats:
 #: (name or key, calls, device ns, self device ns, cpu ns, self cpu ns, first start, last end, compile ns, compile calls)
@@ -270,7 +270,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None,
     region_stats = _region_occurrences(tree, paths)
 
     all_rows = [r for rows in by_path.values() for r in rows]
-    root = _build(all_rows, trace.device)
+    root = build_summary(all_rows, trace.device)
     total = root.total_device_time_us * _NS_PER_US
     regions: dict[str, Summary] = {}
     for pid in sorted(region_stats, key=lambda p: paths.names[p]):
@@ -282,9 +282,9 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None,
             for r in rows
         ]
         regions[prefix] = replace(
-            _build(inside, trace.device),
+            build_summary(inside, trace.device),
             region_stats=region_stats[pid],
-            direct_rows=_build(by_path.get(pid, []), trace.device, total).rows,
+            direct_rows=build_summary(by_path.get(pid, []), trace.device, total).rows,
         )
     labels = compiled_graph_labels(trace, compiled_functions)
     labels.update(kernel_labels([r.name for r in root.rows if r.name.startswith("_Z")]))
@@ -293,7 +293,7 @@ def summarize(trace: Trace, *, compiled_functions: dict[str, str] | None = None,
     summary = replace(
         root,
         regions=regions,
-        direct_rows=_build(by_path.get(0, []), trace.device, total).rows,
+        direct_rows=build_summary(by_path.get(0, []), trace.device, total).rows,
         labels=labels,
         device_classes=device_classes(trace, root.rows),
     )
@@ -644,8 +644,9 @@ def _aggregate(
     ]
 
 
-def _build(rows: list[_Row], device: str, pct_base_ns: float | None = None) -> Summary:
-    """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) tuples by name.
+def build_summary(rows: list[_Row], device: str, pct_base_ns: float | None = None) -> Summary:
+    """Merge (name, calls, dev, self_dev, cpu, self_cpu, first, last, comp, comp_calls) tuples by name
+    into a Summary: :func:`summarize` here, and the fold of windows' summaries (analysis/fold.py).
 
     ``device_pct`` is relative to ``pct_base_ns`` (default: these rows' own total).
     """

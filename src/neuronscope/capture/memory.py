@@ -66,9 +66,9 @@ def _saved_json(seg: Any, raw_dir: Path | None) -> str | None:
     except RuntimeError as exc:
         os.unlink(path)
         if "already saved" in str(exc) and raw_dir is not None:  # a device exporter saved it into the raw files
-            from ..sinks.rundir import _already_saved_trace
+            from ..sinks.rundir import already_saved_trace
 
-            found = _already_saved_trace(raw_dir)
+            found = already_saved_trace(raw_dir)
             return str(found) if found is not None else None
         raise
     seg.saved_json = path

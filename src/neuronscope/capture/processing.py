@@ -36,6 +36,7 @@ from ..trace.kineto import trace_from_kineto
 __all__ = [
     "ProcessOptions",
     "analyse",
+    "analyse_segments",
     "finish_windows",
     "last_run",
     "release_segments",
@@ -98,16 +99,17 @@ def release_segments(segments: list[Any]) -> None:
 def analyse(run: Run, segments: list[Any], run_dir: Path | Callable[[], Path | None] | None, options: ProcessOptions) -> None:
     """Trace model, summary (then ``run.summary`` returns), diagnosis, memory, rank profile."""
     try:
-        analysis = _analysis(run, segments, options)
+        analysis = analyse_segments(run, segments, options)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, segments, run_dir)
         return
     _worker.output_worker().submit(lambda: write_out(run, segments, analysis, run_dir, options))
 
 
-def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
+def analyse_segments(run: Run, segments: list[Any], options: ProcessOptions) -> Analysis:
     """The capture's part (the segments merged, the window, the device's facts), then the one
-    analysis (analysis/analyse.py) with what the capture knows."""
+    analysis (analysis/analyse.py) with what the capture knows: :func:`analyse` here, and each
+    window of a windowed run (capture/windows.py)."""
     from ..analysis.names import compiled_functions
     from .merge import merge_segments
 
@@ -143,11 +145,11 @@ def _analysis(run: Run, segments: list[Any], options: ProcessOptions) -> Analysi
             coverage=coverage,
             memory=(lambda: _memory_input(run, trace, segments, options)) if options.memory else None,
             rank_profile="rank" in options.extra_manifest,
-            on_summary=lambda summary: run._publish_summary(summary, trace),
+            on_summary=lambda summary: run.publish_summary(summary, trace),
             contain_for=run.name,
         ),
     )
-    run._publish_analysis(analysis)
+    run.publish_analysis(analysis)
     return analysis
 
 
@@ -159,11 +161,11 @@ def finish_windows(run: Run, windowed: Any, stopped: str | None, run_dir: Any, o
         if analysis is None:
             run.warn("no window was recorded: nothing to summarise")
             _stats.record("failed")
-            run._finish(RunStatus.FAILED)
+            run.finish(RunStatus.FAILED)
             return
         warnings = [*run.capture_warnings(), *analysis.warnings]
         analysis = replace(analysis, warnings=tuple(dict.fromkeys(warnings)))
-        run._publish_analysis(analysis)
+        run.publish_analysis(analysis)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], run_dir)
         return
@@ -172,7 +174,7 @@ def finish_windows(run: Run, windowed: Any, stopped: str | None, run_dir: Any, o
 
 
 def _segment_trace(seg: Any, device: str) -> Any:
-    with seg._lock:
+    with seg.lock:
         if seg.trace is None:
             seg.trace = trace_from_kineto(seg.results, device=device)
             _worker.backlog.measured(id(seg), len(seg.trace), seg.stop_ns - seg.start_ns, getattr(seg.owner, "name", None))
@@ -241,7 +243,7 @@ def write_out(
         _stats.record("profiled")
         if result.path is not None:
             mark_complete(result.path, max_bytes=_retention_bytes())
-        run._complete(result)
+        run.complete(result)
     except Exception as exc:  # noqa: BLE001
         _fail(run, exc, [], where)
     finally:
@@ -335,4 +337,4 @@ def _fail(run: Run, exc: BaseException, segments: list[Any], run_dir: Any) -> No
     if isinstance(run_dir, Path):
         mark_complete(run_dir)
     release_segments(segments)
-    run._finish(RunStatus.FAILED)
+    run.finish(RunStatus.FAILED)

@@ -106,7 +106,7 @@ class WindowedRun:
 
     # -- analysis worker -------------------------------------------------------------------------
     def _analyse(self, w: _Window, segments: list[Any], options: Any) -> None:
-        from .processing import _analysis, release_segments
+        from .processing import analyse_segments, release_segments
 
         written = False
         index = w.index
@@ -119,7 +119,7 @@ class WindowedRun:
             window.started(w.start_ns)
             window.ended(w.end_ns)
             with collections_paused():
-                analysis = _analysis(window, segments, replace(options, window=index))
+                analysis = analyse_segments(window, segments, replace(options, window=index))
             self._fold(w, analysis)
             if self._keeps(index, analysis):
                 _worker.output_worker().submit(lambda: self._write(index, segments, analysis))

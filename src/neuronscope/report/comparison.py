@@ -365,14 +365,14 @@ class Comparison:
         """One row per variant: ``name``, ``verdict``, ``step_median_s``, ``step_low_s``,
         ``step_high_s``, ``speedup`` (and ``_low``/``_high``), ``significant``, ``compile_s``,
         ``device_time_us``, ``roof_pct``, ``top_op``, ``bound_by``, ``result_matches``, ``run_path``..."""
-        from ..analysis.notebook import _pandas
+        from ..analysis.notebook import import_pandas
 
-        return _pandas().DataFrame.from_records([_record(v) for v in self.variants], columns=list(_RECORD_COLUMNS))
+        return import_pandas().DataFrame.from_records([_record(v) for v in self.variants], columns=list(_RECORD_COLUMNS))
 
     # -- HTML -----------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
         """What Jupyter shows: the table and, folded, each variant's difference from the baseline."""
-        from ..analysis.notebook import _muted, _table, _wrap
+        from ..analysis.notebook import muted_line, notebook_block, notebook_table
 
         rows = [
             f'<tr data-variant="{html.escape(v.name)}">'
@@ -383,12 +383,13 @@ class Comparison:
             + "</tr>"
             for v in self.variants
         ]
-        body = f'<p class="line"><b>{html.escape(self.headline())}</b></p>' + _table("compare", [h for h, _, _ in COLUMNS], rows)
+        body = f'<p class="line"><b>{html.escape(self.headline())}</b></p>'
+        body += notebook_table("compare", [h for h, _, _ in COLUMNS], rows)
         diffs = self.differences()
         if diffs:
             body += "<details><summary>why they differ</summary><pre>" + html.escape("\n".join(diffs)) + "</pre></details>"
-        body += "".join(_muted(line) for line in self.footer())
-        return _wrap("compare", body)
+        body += "".join(muted_line(line) for line in self.footer())
+        return notebook_block("compare", body)
 
     def html(self, **kwargs: Any) -> str:
         """The HTML report: the table, a chart of the step times, the differences, each run."""

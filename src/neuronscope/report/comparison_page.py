@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
+from html import escape
 from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..analysis.units import format_us
 from ._assets import CSS, JS
-from .html import _W, _colour, _e, _run_section
+from .html import CHART_WIDTH, name_colour, run_section
 from .sources import as_source
 
 __all__ = ["render_comparison"]
@@ -43,6 +44,10 @@ _PAGE_CSS = """
 pre.ops { white-space:pre-wrap; font-size:12px; margin:4px 0; }
 table.comparison-table th, table.comparison-table td { white-space:nowrap; word-break:normal; }
 """
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)  # as the run report's own (html.py, memory_html.py)
 
 
 def _verdict_class(v: Any) -> str:
@@ -87,14 +92,14 @@ def _chart(c: Any) -> str:
     if not timed:
         return '<p class="empty">no variant was timed</p>'
     peak = max(v.step.high for v in timed) or 1.0
-    bar_w = _W - _LABEL_W - 330  # room for the label right of the longest whisker
+    bar_w = CHART_WIDTH - _LABEL_W - 330  # room for the label right of the longest whisker
 
     def x(seconds: float) -> float:
         return _LABEL_W + bar_w * seconds / peak
 
     h = _ROW_H * len(timed) + 8
     out = [
-        f'<svg id="compare-chart" class="chart compare-chart" data-bars="{len(timed)}" viewBox="0 0 {_W} {h}" width="100%" '
+        f'<svg id="compare-chart" class="chart compare-chart" data-bars="{len(timed)}" viewBox="0 0 {CHART_WIDTH} {h}" width="100%" '
         'role="img" aria-label="step time per variant, with its interval">'
     ]
     for i, v in enumerate(timed):
@@ -105,7 +110,7 @@ def _chart(c: Any) -> str:
             f'<g class="compare-row"><title>{_e(v.name)}: {_e(label)}</title>'
             f'<text x="{_LABEL_W - 8}" y="{y + 17}" text-anchor="end" class="label">{_e(v.name)}</text>'
             f'<rect class="compare-bar" x="{_LABEL_W}" y="{y + 4}" width="{max(x(s.median) - _LABEL_W, 0.5):.2f}" '
-            f'height="{_ROW_H - 8}" fill="{_colour(v.name)}" fill-opacity="0.75" data-variant="{_e(v.name)}" '
+            f'height="{_ROW_H - 8}" fill="{name_colour(v.name)}" fill-opacity="0.75" data-variant="{_e(v.name)}" '
             f'data-median-s="{s.median!r}" data-low-s="{s.low!r}" data-high-s="{s.high!r}"/>'
             f'<line class="compare-ci" data-variant="{_e(v.name)}" x1="{x(s.low):.2f}" x2="{x(s.high):.2f}" '
             f'y1="{y + _ROW_H / 2:.2f}" y2="{y + _ROW_H / 2:.2f}"/>'
@@ -176,7 +181,7 @@ def render_comparison(
             continue
         key = f"v{i}"
         heading = f"{v.name}: its profile ({v.steps} calls)"
-        runs.append(_run_section(as_source(v.run), key, top, base, max_timeline_rects, timeline_bins, heading=heading))
+        runs.append(run_section(as_source(v.run), key, top, base, max_timeline_rects, timeline_bins, heading=heading))
         nav.append(f'<a href="#run-{key}">{_e(v.name)}</a>')
     notes = "".join(f'<p class="note compare-note">{_e(line)}</p>' for line in c.footer())
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -57,9 +57,10 @@ from ..analysis.kernel_classes import CLASS_WORDS, CLASSES, pct_text
 from ..analysis.text import classes_line, roofline_footer, roofline_rows
 from ..analysis.units import format_rate, format_us
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["CHART_WIDTH", "name_colour", "render_html", "run_section", "write_html"]
 
-_W = 960  # viewBox width of every chart; the svg scales to the page
+#: viewBox width of every chart (here and the comparison page's); the svg scales to the page
+CHART_WIDTH = 960
 _LABEL_W = 300  # room for op names left of the bars
 _ROW_H = 22
 _PALETTE = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568", "#e53e3e", "#3182ce")
@@ -74,7 +75,8 @@ def _short(name: str, n: int = 44) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def _colour(name: str) -> str:
+def name_colour(name: str) -> str:
+    """The palette colour ``name`` is always drawn in (an op's bar here, a variant's on the comparison page)."""
     return _PALETTE[zlib.crc32(name.encode()) % len(_PALETTE)]
 
 
@@ -86,12 +88,12 @@ def _op_chart(summary: Summary, key: str, top: int) -> str:
     if not rows:
         return '<p class="empty">no ops in this profile</p>'
     peak = max(r.self_device_time_us for r in rows) or 1.0
-    bar_w = _W - _LABEL_W - 150
+    bar_w = CHART_WIDTH - _LABEL_W - 150
     h = _ROW_H * len(rows) + 8
     out = [
         (
             f'<svg id="op-chart-{key}" class="chart op-chart" data-run="{key}" data-bars="{len(rows)}" '
-            f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="self device time per op">'
+            f'viewBox="0 0 {CHART_WIDTH} {h}" width="100%" role="img" aria-label="self device time per op">'
         )
     ]
     for i, r in enumerate(rows):
@@ -102,7 +104,7 @@ def _op_chart(summary: Summary, key: str, top: int) -> str:
             f'<g class="op-row"><title>{_e(r.name)}: {_e(label)}</title>'
             f'<text x="{_LABEL_W - 8}" y="{y + 15}" text-anchor="end" class="label">{_e(_short(summary.label(r.name)))}</text>'
             f'<rect class="op-bar" x="{_LABEL_W}" y="{y + 3}" width="{w:.2f}" height="{_ROW_H - 6}" '
-            f'fill="{_colour(r.name)}" data-op="{_e(r.name)}" data-self-device-us="{r.self_device_time_us:.3f}" '
+            f'fill="{name_colour(r.name)}" data-op="{_e(r.name)}" data-self-device-us="{r.self_device_time_us:.3f}" '
             f'data-pct="{r.device_pct:.3f}"/>'
             f'<text x="{_LABEL_W + w + 6:.2f}" y="{y + 15}" class="value">{_e(label)}</text></g>'
         )
@@ -146,7 +148,7 @@ _CLASS_H = 26  # height of the stacked bar
 
 
 def _class_colour(cls: str) -> str:
-    return "#a0aec0" if cls == "other" else _PALETTE[CLASSES.index(cls) % len(_PALETTE)] if cls in CLASSES else _colour(cls)
+    return "#a0aec0" if cls == "other" else _PALETTE[CLASSES.index(cls) % len(_PALETTE)] if cls in CLASSES else name_colour(cls)
 
 
 def _classes(summary: Summary, key: str) -> str:
@@ -157,7 +159,7 @@ def _classes(summary: Summary, key: str) -> str:
         return ""
     x, bars = 0.0, []
     for cls, us in dc.by_class_us.items():
-        w = _W * us / dc.total_us
+        w = CHART_WIDTH * us / dc.total_us
         bars.append(
             f'<rect class="class-bar" x="{x:.2f}" y="0" width="{max(w, 0.5):.2f}" height="{_CLASS_H}" '
             f'fill="{_class_colour(cls)}" data-class="{_e(cls)}" data-us="{us:.3f}" data-pct="{dc.share(cls):.3f}">'
@@ -165,7 +167,7 @@ def _classes(summary: Summary, key: str) -> str:
         )
         x += w
     chart = (
-        f'<svg id="class-chart-{key}" class="chart class-chart" viewBox="0 0 {_W} {_CLASS_H}" width="100%" '
+        f'<svg id="class-chart-{key}" class="chart class-chart" viewBox="0 0 {CHART_WIDTH} {_CLASS_H}" width="100%" '
         f'role="img" aria-label="device time by class">{"".join(bars)}</svg>'
     )
     body = "".join(
@@ -193,7 +195,7 @@ def _classes(summary: Summary, key: str) -> str:
 # -- roofline ----------------------------------------------------------------------------------
 
 _ROOF_H = 420
-_ROOF_BOX = (100.0, 28.0, _W - 20.0, _ROOF_H - 44.0)  # the plot area: left, top, right, bottom
+_ROOF_BOX = (100.0, 28.0, CHART_WIDTH - 20.0, _ROOF_H - 44.0)  # the plot area: left, top, right, bottom
 _R_MAX = 22.0  # radius of the op with the most device time
 
 
@@ -249,7 +251,7 @@ def _roofline_chart(summary: Summary, plotted: list[tuple[OpStats, Roofline]], l
     out = [
         f'<svg id="roofline-chart-{key}" class="chart roofline" data-run="{key}" data-points="{len(plotted)}" '
         f'data-x-log="{xs.lo} {xs.hi}" data-y-log="{ys.lo} {ys.hi}" data-box="{left} {top} {right} {bottom}" '
-        f'viewBox="0 0 {_W} {_ROOF_H}" width="100%" role="img" aria-label="roofline: achieved FLOP/s per op against the device roofs">',
+        f'viewBox="0 0 {CHART_WIDTH} {_ROOF_H}" width="100%" role="img" aria-label="roofline: achieved FLOP/s per op against the device roofs">',
         _roofline_axes(xs, ys),
     ]
     memory = [("roof-memory", "memory" if not caches else "DRAM", bw)] + [("roof-cache", n, b) for n, b in caches]
@@ -340,7 +342,7 @@ def _roofline_points(summary: Summary, plotted: list[tuple[OpStats, Roofline]], 
             f"{format_us(rl.time_at_roof_us)} at the roof vs {format_us(rl.time_us)} taken"
             f"{'; above the roof: ' + rl.above_roof if rl.above_roof else ''}"
         )
-        colour = _colour(r.name)
+        colour = name_colour(r.name)
         out.append(
             f'<circle class="roof-point" data-op="{_e(r.name)}" cx="{xs(rl.intensity or 0.0):.2f}" '
             f'cy="{ys(rl.achieved_flops_per_s):.2f}" r="{radius:.2f}" fill="{colour}" fill-opacity="0.55" stroke="{colour}" '
@@ -419,12 +421,12 @@ def _regions(summary: Summary, key: str) -> str:
     items = list(summary.regions.items())
     total = summary.total_device_time_us
     peak = max(max(s.total_device_time_us, s.region_stats.wall_time_us if s.region_stats else 0.0) for _, s in items) or 1.0
-    bar_w = _W - _LABEL_W - 290  # room for the value label right of the longest bar
+    bar_w = CHART_WIDTH - _LABEL_W - 290  # room for the value label right of the longest bar
     h = _ROW_H * len(items) + 8
     out = [
         (
             f'<svg id="region-chart-{key}" class="chart region-chart" data-run="{key}" data-bars="{len(items)}" '
-            f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="device and wall time per region">'
+            f'viewBox="0 0 {CHART_WIDTH} {h}" width="100%" role="img" aria-label="device and wall time per region">'
         )
     ]
     rows = []
@@ -535,7 +537,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     t0 = min(int(ln.start.min()) for ln in lanes)
     t1 = max(int(ln.end.max()) for ln in lanes)
     span = max(t1 - t0, 1)
-    x0, x1 = 150, _W - 10
+    x0, x1 = 150, CHART_WIDTH - 10
     lane_h, gap, axis_h = 26, 6, 24
     h = axis_h + len(lanes) * (lane_h + gap)
     budget = max(max_rects // len(lanes), 1)
@@ -561,7 +563,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
                 xs, xe = x(s), x(e_)
                 parts.append(
                     f'<rect class="tl-event" x="{xs:.2f}" y="{y + 2}" width="{max(xe - xs, 0.6):.2f}" height="{lane_h - 4}" '
-                    f'fill="{_colour(name)}" data-op="{_e(name)}"><title>{_e(name)} {format_us((e_ - s) / 1e3)} '
+                    f'fill="{name_colour(name)}" data-op="{_e(name)}"><title>{_e(name)} {format_us((e_ - s) / 1e3)} '
                     f"at +{format_us((s - t0) / 1e3)}</title></rect>"
                 )
                 drawn += 1
@@ -586,7 +588,7 @@ def _timeline(source: Source, key: str, max_rects: int, bins: int) -> str:
     lane_note = f"; {dropped} quieter lanes not drawn" if dropped else ""
     return (
         f'<svg id="timeline-{key}" class="chart timeline" data-run="{key}" data-events="{total_events}" data-drawn="{drawn}" '
-        f'viewBox="0 0 {_W} {h}" width="100%" role="img" aria-label="timeline of device activity">{ticks}{"".join(parts)}</svg>'
+        f'viewBox="0 0 {CHART_WIDTH} {h}" width="100%" role="img" aria-label="timeline of device activity">{ticks}{"".join(parts)}</svg>'
         f'<p class="note">{_e(source.device)} activity over {format_us(span / 1e3)}{_e(mode_note)}{_e(lane_note)}. '
         "Hover for names and durations.</p>"
         + (f'<p class="note timeline-source">The timeline of {_e(source.trace_label)}.</p>' if source.trace_label else "")
@@ -677,13 +679,13 @@ def _diff(d: SummaryDiff, a: Source, b: Source, top: int) -> str:
     if not ops:
         return head + '<p class="empty">no ops in either profile</p>'
     peak = max(abs(o.self_device_time_us.delta) for o in ops) or 1.0
-    mid = _LABEL_W + (_W - _LABEL_W) / 2
-    half = (_W - _LABEL_W) / 2 - 160  # room for the value label beyond the longest bar
+    mid = _LABEL_W + (CHART_WIDTH - _LABEL_W) / 2
+    half = (CHART_WIDTH - _LABEL_W) / 2 - 160  # room for the value label beyond the longest bar
     h = _ROW_H * len(ops) + 8
     out = [
         head,
         (
-            f'<svg id="diff-chart" class="chart diff-chart" data-bars="{len(ops)}" viewBox="0 0 {_W} {h}" width="100%" '
+            f'<svg id="diff-chart" class="chart diff-chart" data-bars="{len(ops)}" viewBox="0 0 {CHART_WIDTH} {h}" width="100%" '
             'role="img" aria-label="change of self device time per op">'
             f'<line class="axis" x1="{mid}" x2="{mid}" y1="0" y2="{h}"/>'
         ),
@@ -769,10 +771,11 @@ def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:
 # -- page --------------------------------------------------------------------------------------
 
 
-def _run_section(
+def run_section(
     source: Source, key: str, top: int, link_base: Path | None, max_rects: int, bins: int, heading: str | None = None
 ) -> str:
-    """One profile's section; ``heading`` replaces ``A: label`` / ``B: label`` (a comparison's variants)."""
+    """One profile's section; ``heading`` replaces ``A: label`` / ``B: label`` (a comparison's
+    variants: comparison_page.py draws each variant's run with it)."""
     s = source.summary
     m = source.manifest
     wall = format_us((int(m["end_ns"]) - int(m["start_ns"])) / 1e3) if m.get("start_ns") and m.get("end_ns") else "-"
@@ -826,7 +829,7 @@ def _diagnosis(source: Source, key: str) -> str:
     tl = d.timeline_data
     svg = ""
     if tl is not None and tl.end_ns > tl.start_ns:
-        x0, x1, lane_h = 150, _W - 10, 26
+        x0, x1, lane_h = 150, CHART_WIDTH - 10, 26
         span = tl.end_ns - tl.start_ns
         bins = tl.busy_bins
         w = (x1 - x0) / max(len(bins), 1)
@@ -845,7 +848,7 @@ def _diagnosis(source: Source, key: str) -> str:
         label = "CPU ops (main thread)" if d.timeline == "cpu_main_thread" else f"{d.device} busy"
         svg = (
             f'<svg id="diagnosis-timeline-{key}" class="chart diagnosis-timeline" data-run="{key}" data-gaps="{len(tl.gaps)}" '
-            f'viewBox="0 0 {_W} {2 * lane_h + 12}" width="100%" role="img" aria-label="device busy and idle over time">'
+            f'viewBox="0 0 {CHART_WIDTH} {2 * lane_h + 12}" width="100%" role="img" aria-label="device busy and idle over time">'
             f'<text x="{x0 - 8}" y="{lane_h - 8}" text-anchor="end" class="label">{_e(label)}</text>'
             f'<rect class="tl-bg" x="{x0}" y="4" width="{x1 - x0}" height="{lane_h - 8}"/>{busy}'
             f'<text x="{x0 - 8}" y="{2 * lane_h - 2}" text-anchor="end" class="label">gaps &gt;= {d.gaps.threshold_us:g}us</text>'
@@ -1017,7 +1020,7 @@ def render_html(
         nav.append('<a href="#diff">diff</a>')
     for key, src in (("a", a), ("b", b)):
         if src is not None:
-            sections.append(_run_section(src, key, top, base, max_timeline_rects, timeline_bins))
+            sections.append(run_section(src, key, top, base, max_timeline_rects, timeline_bins))
             nav.append(f'<a href="#run-{key}">{key.upper()}: {_e(src.label)}</a>')
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return (

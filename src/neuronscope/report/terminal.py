@@ -363,9 +363,9 @@ def regions_renderable(summary: Summary, console: Console, *, top: int | None = 
 
 
 def _pct_text(d: Delta, presence: str = "both") -> Text:
-    from ..analysis.diff import _tone, pct_text
+    from ..analysis.diff import pct_text, tone
 
-    return Text(pct_text(d.pct, presence), style=_STYLE[_tone(d, presence)])
+    return Text(pct_text(d.pct, presence), style=_STYLE[tone(d, presence)])
 
 
 _STYLE = {"worse": "red", "better": "green", "": ""}

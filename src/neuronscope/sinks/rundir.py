@@ -27,6 +27,7 @@ from typing import Any
 __all__ = [
     "IN_FLIGHT_STATUSES",
     "MANIFEST_SCHEMA_VERSION",
+    "already_saved_trace",
     "base_manifest",
     "create_run_dir",
     "files_of",
@@ -164,7 +165,7 @@ def write_trace(
         # may have saved it into the raw files already. Copy that one.
         if "already saved" not in str(exc):
             raise
-        saved = _already_saved_trace(path.parent)
+        saved = already_saved_trace(path.parent)
         if saved is None:
             raise
         shutil.copyfile(saved, raw)
@@ -199,7 +200,9 @@ def write_trace_model(trace: Any, path: Path, extra_metadata: dict[str, Any] | N
     return target
 
 
-def _already_saved_trace(run_dir: Path) -> Path | None:
+def already_saved_trace(run_dir: Path) -> Path | None:
+    """The Kineto JSON a device exporter already saved under ``run_dir`` (the newest), or None:
+    :func:`write_trace` here, and capture/memory.py when Kineto refuses to save a trace twice."""
     candidates = [p for p in run_dir.rglob("*.json") if p.name == "trace.json" or p.name.startswith("neuron_framework_trace")]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
 

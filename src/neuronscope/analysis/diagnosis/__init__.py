@@ -47,6 +47,7 @@ __all__ = [
     "Step",
     "Steps",
     "Timeline",
+    "cause_first",
     "diagnose_trace",
 ]
 
@@ -136,7 +137,7 @@ def diagnose_trace(
         contention=contention,
     )
     _notes(ctx, trace, tl, recorded)
-    findings = _cause_first(run_rules(ctx), bound_by) if recorded else []
+    findings = cause_first(run_rules(ctx), bound_by) if recorded else []
     return Diagnosis(
         device=trace.device,
         timeline=tl.mode,
@@ -289,12 +290,13 @@ def with_device_facts(diagnosis: Diagnosis, facts: Any) -> Diagnosis:
     if not extra:
         return diagnosis
     merged = sorted([*diagnosis.findings, *extra], key=lambda f: (-f.us_at_stake, f.rule))
-    return replace(diagnosis, findings=tuple(_cause_first(merged, diagnosis.bound_by)))
+    return replace(diagnosis, findings=tuple(cause_first(merged, diagnosis.bound_by)))
 
 
-def _cause_first(findings: list[Finding], bound_by: str) -> list[Finding]:
+def cause_first(findings: list[Finding], bound_by: str) -> list[Finding]:
     """The verdict's cause leads when the trace shows one (data-bound: the data finding first),
-    then the rest by time at stake — so the top finding never contradicts the verdict."""
+    then the rest in their order (by time at stake) — so the top finding never contradicts the
+    verdict; the fold of windows' diagnoses (analysis/fold.py) orders its findings by it too."""
     rules = _CAUSE_RULES.get(bound_by, ())
     lead = [f for f in findings if f.rule in rules]
     return lead + [f for f in findings if f.rule not in rules]

@@ -76,10 +76,10 @@ def configure_otel(**changes: Any) -> None:
     if old.metrics_top_ops != candidate.metrics_top_ops:
         _metrics.reset_cardinality()
     # Providers we built for the old settings are ours to close.
-    for provider in old._own:
+    for provider in old.own_providers:
         if provider is not None:
             _metrics.forget_provider(provider)
-    _shut_down(old._own)
+    _shut_down(old.own_providers)
 
 
 def capture_parent_context() -> Any:
@@ -116,7 +116,7 @@ def _prepare() -> None:
 def _providers_to_flush() -> list[Any]:
     """The injected providers and the ones we built (the application flushes its global ones)."""
     found: list[Any] = []
-    for provider in (_settings.tracer_provider, _settings.meter_provider, *_settings._own):
+    for provider in (_settings.tracer_provider, _settings.meter_provider, *_settings.own_providers):
         if provider is not None and hasattr(provider, "force_flush") and not any(provider is p for p in found):
             found.append(provider)
     return found
@@ -150,7 +150,7 @@ def exiting(timeout_s: float) -> Iterator[None]:
         yield
     finally:
         _exit = None
-        health = getattr(_settings._own, "health", None)
+        health = getattr(_settings.own_providers, "health", None)
         if health is not None and health.aborted:
             health.quiet = True  # an aborted export ending after the handler says nothing more
 
@@ -179,7 +179,7 @@ def flush_providers(timeout_s: float | None) -> bool:
     deadline = time.monotonic() + (30.0 if timeout_s is None else timeout_s)
     if ex is not None:
         deadline = min(deadline, ex.flush_deadline)
-    health = getattr(_settings._own, "health", None)
+    health = getattr(_settings.own_providers, "health", None)
     ok = True
     for provider in _providers_to_flush():
         if ex is not None and health is not None and health.failing and not health.aborted:
@@ -216,7 +216,7 @@ def export_outcome() -> dict[str, dict[str, Any]] | None:
     when it does not take that signal, else None), ``off`` (turned off with
     ``OTEL_<SIGNAL>_EXPORTER=none``), ``reason`` (why its first failed export failed). None
     when neuronscope built no exporting providers."""
-    own = _settings._own
+    own = _settings.own_providers
     health = getattr(own, "health", None)
     if health is None:
         return None
@@ -233,7 +233,7 @@ def export_outcome() -> dict[str, dict[str, Any]] | None:
 
 
 def _abort_own() -> None:
-    health = getattr(_settings._own, "health", None)
+    health = getattr(_settings.own_providers, "health", None)
     if health is not None and not health.aborted:
         _safe(health.abort)
 
@@ -241,7 +241,7 @@ def _abort_own() -> None:
 def shutdown_own_providers() -> None:
     """Shut down the providers neuronscope built (never the application's); at exit within the
     exit deadline."""
-    _shut_down(_settings._own)
+    _shut_down(_settings.own_providers)
 
 
 def _shut_down(own: Any) -> None:

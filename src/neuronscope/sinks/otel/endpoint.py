@@ -78,7 +78,7 @@ def _forget_prometheus_in_child() -> None:
     endpoint, _prometheus = _prometheus, None
     if endpoint is not None:
         try:
-            endpoint._server.socket.close()
+            endpoint.close_socket_in_child()
         except Exception:  # noqa: BLE001
             pass
 

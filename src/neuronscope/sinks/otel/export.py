@@ -253,7 +253,7 @@ def record_neuron_metrics(run: "RunResult", meter_provider: Any) -> None:
     try:
         inst = _neuron_instruments_for(meter_provider)
         # the same bounded profile label as the core metrics (a service cannot blow up the backend)
-        base = {"neuronscope.device": run.device, "neuronscope.profile.name": _metrics._cardinality.profile(run.name)}
+        base = {"neuronscope.device": run.device, "neuronscope.profile.name": _metrics.profile_label(run.name)}
         metrics = (neuron.get("explorer") or {}).get("metrics") or {}
         for key, label in _UTIL_METRICS.items():
             if isinstance(metrics.get(key), (int, float)):

@@ -43,6 +43,7 @@ __all__ = [
     "MAX_PROFILE_NAMES",
     "OTHER",
     "PROMETHEUS_NAMES",
+    "profile_label",
     "record_run_metrics",
     "reset_cardinality",
 ]
@@ -296,6 +297,12 @@ _cardinality = _Cardinality()
 def reset_cardinality() -> None:
     """Forget the admitted op and profile names (when ``metrics_top_ops`` changes)."""
     _cardinality.reset()
+
+
+def profile_label(name: str) -> str:
+    """The bounded ``neuronscope.profile.name`` label of a profile named ``name`` (``other`` past
+    :data:`MAX_PROFILE_NAMES`): the core metrics here and the Neuron metrics (export.py) label with it."""
+    return _cardinality.profile(name)
 
 
 def _exemplar_context(span_context: Any) -> Any:

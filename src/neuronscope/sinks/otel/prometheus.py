@@ -203,6 +203,12 @@ class PrometheusEndpoint:
             forget_provider(self.meter_provider)
             self.meter_provider.shutdown()
 
+    def close_socket_in_child(self) -> None:
+        """Close this process's copy of the listening socket, nothing else: in a forked child
+        (endpoint.py's fork hook) the server thread is the parent's, and :meth:`stop` would wait
+        for a loop that is not running here."""
+        self._server.socket.close()
+
 
 def start_endpoint(port: int, service_name: str | None, *, source: str) -> PrometheusEndpoint:
     """Start the endpoint or raise ConfigurationError saying what to change."""

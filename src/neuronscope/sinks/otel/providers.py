@@ -61,6 +61,12 @@ class OtelSettings:
     metrics_top_ops: int = DEFAULT_TOP_OPS
     _own: list[Any] = field(default_factory=list)  # providers we built: we flush/shut them down
 
+    @property
+    def own_providers(self) -> list[Any]:
+        """The providers neuronscope built for these settings (an :class:`OwnProviders` once built,
+        else empty): the ones the package's flush and shutdown (sinks/otel/__init__.py) close."""
+        return self._own
+
     def validate(self) -> None:
         if self.op_spans not in OP_SPAN_MODES:
             raise ConfigurationError(f"op_spans={self.op_spans!r}: use one of {', '.join(OP_SPAN_MODES)}")
