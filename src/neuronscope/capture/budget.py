@@ -178,6 +178,14 @@ STOP_WORDS = {
 }
 
 
+def _thread_cpu_clock(ident: int) -> int | None:
+    """The CPU-time clock of a thread of this process (POSIX), or None."""
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (AttributeError, OSError):
+        return None
+
+
 class Recording:
     """The limits' state of one open capture: what it has recorded, and what is due next.
 
@@ -199,11 +207,15 @@ class Recording:
             self.max_events = min(budget, WINDOW_DEFAULT_EVENTS)
             self.budget_source = "the default for a window"
         self.thread = threading.get_ident()
+        #: the clock of what records events: the profiled thread's CPU time (the whole process's
+        #: for a capture of all threads) -- not the process's, where intra-op threads spinning
+        #: for a core on a loaded machine and our own workers add CPU time that records nothing
+        self._event_clock = None if getattr(capture, "all_threads", False) else _thread_cpu_clock(self.thread)
         self.lock = threading.Lock()
         now = time.monotonic_ns()
         self.started = now
         self.session_started = now  #: the current session (or window)'s start, while recording
-        self.session_cpu_started = time.process_time_ns()  #: the process's CPU time then
+        self.session_cpu_started = self.event_cpu_ns()  #: the recording threads' CPU time then
         self.recording = True
         self.recorded_ns = 0  #: closed sessions' time
         self.stopped: str | None = None  #: recording ended for good, and why
@@ -246,13 +258,22 @@ class Recording:
             return int(learned * elapsed_s)
         # events are made only while the program's threads run: a starved process (a loaded
         # machine) records few in a long wall time, while its RSS grows from lazy set-up
-        cpu_s = max(time.process_time_ns() - self.session_cpu_started, 0) / 1e9
+        cpu_s = max(self.event_cpu_ns() - self.session_cpu_started, 0) / 1e9
         by_rate = int(FIRST_EVENT_RATE * min(elapsed_s, cpu_s))
         owner, _, rss_at_start = session.recording_since()
         rss = session.process_rss()
         if owner is None or rss is None or not rss_at_start:
             return by_rate
         return min(by_rate, int(max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
+
+    def event_cpu_ns(self) -> int:
+        """CPU time of what records the events (the profiled thread, or the process), ns."""
+        if self._event_clock is not None:
+            try:
+                return time.clock_gettime_ns(self._event_clock)
+            except OSError:  # the thread ended: the process's clock from now on
+                self._event_clock = None
+        return time.process_time_ns()
 
     def calibrate(self, events: int, steps: int, duration_ns: int) -> None:
         """A window was analysed: its true event count teaches the estimate of the next ones
@@ -343,7 +364,7 @@ class Recording:
         with self.lock:
             self.recording = True
             self.session_started = now
-            self.session_cpu_started = time.process_time_ns()
+            self.session_cpu_started = self.event_cpu_ns()
             self.window_steps = 0
             self.window_index += 1
 
