@@ -109,7 +109,8 @@ class Context:
     def trimmed_ns(self, durations: Any, names: Any) -> Any:
         """Per-call times without the time slices other processes took, on a contended CPU: a
         preemption lands whole in one call (milliseconds in a microsecond op), so each call counts
-        at most ``PREEMPTED_OVER_MEDIAN`` times the median of its name's calls. Unchanged when the
+        at most ``PREEMPTED_OVER_MEDIAN`` times the median of its name's calls (a name of fewer than
+        ``TRIM_MIN_CALLS`` calls, often of different sizes, is kept as it is). Unchanged when the
         CPU was not contended. (A uniform scaling by the runnable share would also shrink the
         calls that were never preempted: an optimizer step's claim read 0.49-0.70x of its quiet
         value that way, beside two CPU burners.)"""
@@ -120,7 +121,10 @@ class Context:
         out = durations.copy()
         for name in np.unique(names):
             mine = names == name
-            out[mine] = np.minimum(durations[mine], PREEMPTED_OVER_MEDIAN * float(np.median(durations[mine])))
+            if mine.sum() >= TRIM_MIN_CALLS:
+                out[mine] = np.minimum(durations[mine], PREEMPTED_OVER_MEDIAN * float(np.median(durations[mine])))
+            # else too few calls to tell a preempted one (an MLP's 4 weights and 4 biases, of
+            # different sizes): kept -- a few large ops, which a time slice lengthens by little
         return out
 
     def unprofiled_ns(self, host_ns: float, positions: Any) -> float:
@@ -241,6 +245,8 @@ def severity_of(share_of_window: float) -> str:
 #: dispatch between ops): contention lengthened it
 #: on a contended CPU, a call counts at most this many times its name's median (Context.trimmed_ns)
 PREEMPTED_OVER_MEDIAN = 3.0
+#: ... for a name with at least this many calls (fewer are kept: they cannot tell one)
+TRIM_MIN_CALLS = 10
 
 HOST_RULES = frozenset({"launch_bound_loop", "forloop_indexing", "optimizer_single_tensor"})
 #: the rules whose claims are time the thread waited (for data, for the device): sleep and I/O that
