@@ -606,7 +606,8 @@ class Contribution:
             "name": self.name,
             "a_us": _r(self.a_us, 3),
             "b_us": _r(self.b_us, 3),
-            "delta_us": _r(self.delta_us, 3),
+            # from the rounded sides: a saved explanation, rebuilt, says the same
+            "delta_us": _r(_r(self.b_us, 3) - _r(self.a_us, 3), 3),
         }
 
 
@@ -677,7 +678,8 @@ class Explanation:
         return {
             "a_us": _r(self.a_us, 3),
             "b_us": _r(self.b_us, 3),
-            "delta_us": _r(self.delta_us, 3),
+            # from the rounded sides: a saved explanation, rebuilt, says the same
+            "delta_us": _r(_r(self.b_us, 3) - _r(self.a_us, 3), 3),
             "contributions": [c.to_dict() for c in self.contributions],
             "steps": self.steps,
             "regions": [r.to_dict() for r in self.regions],
