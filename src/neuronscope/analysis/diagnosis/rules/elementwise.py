@@ -27,7 +27,8 @@ import numpy as np
 
 from ..categories import REDUCTIONS
 from ..model import Finding
-from ..timeline import elementwise_mask, source_of
+from ..locations import source_of
+from ..timeline import elementwise_mask
 from . import Context, MessageContext, rule
 
 _MIN_ELEMENTWISE = 3  # HTA's min_pattern_len
