@@ -31,6 +31,8 @@ from ._group import EXIT_FAILURE, Failure, cli
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..capture.budget import Windows
+
 _DEVICES = ("auto", "neuron", "cuda", "cpu")
 #: a script that runs longer is profiled in windows of this many seconds, folded into one run
 DEFAULT_WINDOW_SECONDS = 10.0
@@ -257,32 +259,19 @@ def run(
         return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
     if neuron_inspect:
         return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
-    if no_windows and (window_steps or window_seconds or overhead):
-        raise click.UsageError("--no-windows with --window-steps/--window-seconds/--overhead: choose one")
-    windows = None
-    if not no_windows:
-        seconds = window_seconds if window_seconds is not None else (None if window_steps else DEFAULT_WINDOW_SECONDS)
-        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep, overhead=overhead)
-    try:
-        # all_threads: the whole program, and profiles the script opens on any thread nest into it
-        # torch records no allocator records when it profiles all threads (torch 2.x), so with
-        # --memory the profile follows the script's main thread only
-        profile = ns.profile_neuron(
-            name=name,
-            output_dir=output_dir,
-            device=device,
-            all_threads=memory is None,
-            memory={"on": True, "history": "history"}.get(memory or "", False),
-            windows=windows,
-            max_events=max_events,
-            max_seconds=duration,
-            max_steps=max_steps,
-            record_shapes=record_shapes,
-            with_stack=with_stack,
-        )
-    except ns.DeviceUnavailableError as exc:
-        raise Failure(f"--device {device}: {exc}") from exc
-
+    windows = _windows(no_windows, window_steps, window_seconds, keep, overhead)
+    profile = _script_profile(
+        name,
+        output_dir,
+        device,
+        memory,
+        windows,
+        max_events=max_events,
+        max_seconds=duration,
+        max_steps=max_steps,
+        record_shapes=record_shapes,
+        with_stack=with_stack,
+    )
     code, run_obj = _run_profiled(profile, target, argv0, as_module, list(script_args))
     if not quiet:
         _print_summary(run_obj, top, output_file, as_json=as_json)
@@ -291,6 +280,58 @@ def run(
     if otlp_endpoint is not None:
         ns.flush(30)
     return code
+
+
+def _windows(
+    no_windows: bool, window_steps: int | None, window_seconds: float | None, keep: int, overhead: float | None
+) -> Windows | None:
+    """The windows a long script is profiled in (None: --no-windows, one profile however long)."""
+    import neuronscope as ns
+
+    if no_windows and (window_steps or window_seconds or overhead):
+        raise click.UsageError("--no-windows with --window-steps/--window-seconds/--overhead: choose one")
+    windows = None
+    if not no_windows:
+        seconds = window_seconds if window_seconds is not None else (None if window_steps else DEFAULT_WINDOW_SECONDS)
+        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep, overhead=overhead)
+    return windows
+
+
+def _script_profile(
+    name: str,
+    output_dir: str | None,
+    device: str,
+    memory: str | None,
+    windows: Windows | None,
+    *,
+    max_events: int | None,
+    max_seconds: float | None,
+    max_steps: int | None,
+    record_shapes: bool,
+    with_stack: bool,
+) -> Any:
+    """The profile the script runs under."""
+    import neuronscope as ns
+
+    try:
+        # all_threads: the whole program, and profiles the script opens on any thread nest into it
+        # torch records no allocator records when it profiles all threads (torch 2.x), so with
+        # --memory the profile follows the script's main thread only
+        return ns.profile_neuron(
+            name=name,
+            output_dir=output_dir,
+            device=device,
+            all_threads=memory is None,
+            memory={"on": True, "history": "history"}.get(memory or "", False),
+            windows=windows,
+            max_events=max_events,
+            max_seconds=max_seconds,
+            max_steps=max_steps,
+            record_shapes=record_shapes,
+            with_stack=with_stack,
+        )
+    except ns.DeviceUnavailableError as exc:
+        raise Failure(f"--device {device}: {exc}") from exc
 
 
 def _run_neuron_inspect(target: str, as_module: bool, args: list[str], name: str, output_dir: str | None) -> int:
