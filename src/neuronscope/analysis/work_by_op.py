@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .kernel_classes import outside_ops_reason
-from .work import OpCost, OpWork, call_size_class, is_modelled, no_model_reason, op_cost
+from .work import OpWork, call_size_class
+from .work_models import OpCost, is_modelled, no_model_reason, op_cost
 
 if TYPE_CHECKING:
     from ..trace.model import Trace
