@@ -316,7 +316,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _write_summary_json(
-    args: argparse.Namespace, root: Path | None, neff: Path | None, ntff: Path | None, schema: Any, overrides: dict[str, Any]
+    args: argparse.Namespace, root: Path | None, neff: Path | None, ntff: Path | None, schema: str, overrides: dict[str, Any]
 ) -> int:
     """``--output-format summary-json``: each device profile's summary, to the file or stdout."""
     profiles = (
@@ -338,7 +338,7 @@ def _write_system_profile(
     root: Path | None,
     neff: Path | None,
     ntff: Path | None,
-    schema: Any,
+    schema: str,
     overrides: dict[str, Any],
 ) -> int:
     """``--output-format json`` / ``perfetto``: the system profile, and a file per device profile."""
