@@ -4,8 +4,8 @@
 in microseconds (floats from int64 ns data), every instant in Unix-epoch nanoseconds. The
 field names are part of the public contract (summary.json, ``neuronscope show --json``,
 OpenTelemetry attributes and metrics read them); new fields may be added, existing ones
-keep their meaning within a ``schema_version``. Its pieces (:class:`Finding`, :class:`Gaps`, :class:`Steps`...)
-are :mod:`.parts`', re-exported here; the diagnosis in words (the headline) is at the end.
+keep their meaning within a ``schema_version``. Its pieces (:class:`Finding`, :class:`Gaps`,
+:class:`Steps`...) are :mod:`.parts`', re-exported here; the diagnosis in words is at the end.
 
 This module imports nothing heavy: the CLI reads a saved diagnosis without numpy or torch.
 """
