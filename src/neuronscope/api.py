@@ -6,6 +6,7 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _config, _env
@@ -111,41 +112,56 @@ def configure(
     None (the default) uses the device's own: a CPU measured once per host (cached), a GPU or
     NeuronCore from the vendor table.
     """
+    given = {key: value for key, value in locals().items() if value is not _UNSET}  # the arguments given
     _env.check()  # every NEURONSCOPE_* variable: a typo fails here, where it can be fixed
+    changes = _config_changes(given)
+    otel_changes = {setting: given[key] for key, setting in _OTEL_ARGS if key in given}
+    changes.update(_other_changes(given.get("control", _UNSET), given.get("device_limits", _UNSET)))
+    _apply(changes, otel_changes)
+
+
+def _bad_limit(value: Any) -> bool:
+    """Not a retention / backpressure limit: an int >= 0, or None."""
+    return value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0)
+
+
+#: configure()'s arguments that are _config settings: (name, is it bad, what to use instead), checked in this order
+_CONFIG_ARGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("enabled", lambda v: not isinstance(v, bool), "use True or False"),
+    ("output_dir", lambda v: v is not None and not isinstance(v, (str, os.PathLike)), "use a path or None"),
+    ("max_runs", _bad_limit, "use an int >= 0 (0 = no limit) or None"),
+    ("max_bytes", _bad_limit, "use an int >= 0 (0 = no limit) or None"),
+    ("max_pending_bytes", _bad_limit, "use an int >= 0 (0 = no limit) or None"),
+    ("keep_usdt_lines", lambda v: v is not None and not isinstance(v, bool), "use True, False or None"),
+)
+#: configure()'s arguments that are OpenTelemetry settings: (argument, configure_otel's name)
+_OTEL_ARGS = (
+    ("tracer_provider", "tracer_provider"),
+    ("meter_provider", "meter_provider"),
+    ("service_name", "service_name"),
+    ("op_spans", "op_spans"),
+    ("max_spans", "max_spans"),
+    ("exporter", "exporter"),
+    ("otlp_endpoint", "endpoint"),
+    ("prometheus_port", "prometheus_port"),
+    ("metrics_top_ops", "metrics_top_ops"),
+)
+
+
+def _config_changes(given: dict[str, Any]) -> dict[str, Any]:
+    """The _config settings among the arguments given, each checked (the first bad one raises)."""
     changes: dict[str, Any] = {}
-    if enabled is not _UNSET:
-        if not isinstance(enabled, bool):
-            raise ConfigurationError(f"configure(enabled={enabled!r}): use True or False")
-        changes["enabled"] = enabled
-    if output_dir is not _UNSET:
-        if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
-            raise ConfigurationError(f"configure(output_dir={output_dir!r}): use a path or None")
-        changes["output_dir"] = Path(output_dir) if output_dir is not None else None
-    for key, value in (("max_runs", max_runs), ("max_bytes", max_bytes), ("max_pending_bytes", max_pending_bytes)):
-        if value is not _UNSET:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ConfigurationError(f"configure({key}={value!r}): use an int >= 0 (0 = no limit) or None")
-            changes[key] = value
-    if keep_usdt_lines is not _UNSET:
-        if keep_usdt_lines is not None and not isinstance(keep_usdt_lines, bool):
-            raise ConfigurationError(f"configure(keep_usdt_lines={keep_usdt_lines!r}): use True, False or None")
-        changes["keep_usdt_lines"] = keep_usdt_lines
-    otel_changes = {
-        key: value
-        for key, value in (
-            ("tracer_provider", tracer_provider),
-            ("meter_provider", meter_provider),
-            ("service_name", service_name),
-            ("op_spans", op_spans),
-            ("max_spans", max_spans),
-            ("exporter", exporter),
-            ("endpoint", otlp_endpoint),
-            ("prometheus_port", prometheus_port),
-            ("metrics_top_ops", metrics_top_ops),
-        )
-        if value is not _UNSET
-    }
-    changes.update(_other_changes(control, device_limits))
+    for key, bad, use in _CONFIG_ARGS:
+        if key in given:
+            value = given[key]
+            if bad(value):
+                raise ConfigurationError(f"configure({key}={value!r}): {use}")
+            changes[key] = Path(value) if key == "output_dir" and value is not None else value
+    return changes
+
+
+def _apply(changes: dict[str, Any], otel_changes: dict[str, Any]) -> None:
+    """Apply the checked changes: OpenTelemetry's first, then the process settings."""
     if otel_changes:
         _otel.configure_otel(**otel_changes)
     if changes:
@@ -157,6 +173,7 @@ def configure(
 
 
 def _other_changes(control: Any, device_limits: Any) -> dict[str, Any]:
+    """The settings that are checked or converted on their own: control, device_limits."""
     changes: dict[str, Any] = {}
     if control is not _UNSET:
         if not isinstance(control, bool):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import neuronscope as ns
-from neuronscope.analysis.diagnosis.timeline import source_of
+from neuronscope.analysis.diagnosis.locations import source_of
 from neuronscope.trace.kinds import EventKind
 
 HERE = Path(__file__).name

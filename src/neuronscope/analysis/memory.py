@@ -27,18 +27,16 @@ from ..trace.kinds import EventKind
 from ..trace.memory import DEVICE_TYPES, MemoryRecords
 from ..trace.model import Trace
 from .diagnosis.model import Finding
-from .memory_model import MemoryGroup, MemoryHolder, MemoryReport, MemoryStep, format_bytes
+from .memory_findings import BEFORE, NO_OP, MemoryContext, memory_findings, oom_finding, peak_finding
+from .memory_model import MemoryGroup, MemoryHolder, MemoryReport, MemoryStep
 
 __all__ = ["analyse_memory", "memory_findings", "neuron_device_report"]
 
-BEFORE = "(before the profile)"
-NO_OP = "(no op)"
 TOP_HOLDERS = 20
 TOP_GROUPS = 50
 TIMELINE_POINTS = 1000
 MAX_STEPS_SAVED = 1000
 _TIME_BITS = 44
-MiB = 1 << 20
 
 
 def analyse_memory(
@@ -58,49 +56,21 @@ def analyse_memory(
     notes: list[str] = []
     oom = _oom_facts(records, error, device)
     if n == 0:
-        empty = MemoryReport(
-            device,
-            peak_bytes=0,
-            peak_at_ns=0,
-            start_bytes=0,
-            end_bytes=0,
-            growth_bytes=0,
-            device_facts=facts,
-            oom=oom,
-            notes=("no allocator records: was profile_memory on?",),
-        )
-        return empty, _oom_finding(empty, [])
+        return _no_records(device, facts, oom)
     t, b = rec.time_ns, rec.bytes
     is_alloc = b > 0
     is_free = b < 0
 
     idx = np.arange(n, dtype=np.int64)
     free_of, orphan_free = _pair_frees(rec, idx, is_alloc, is_free)
-    pre_bytes = int(-b[orphan_free].sum())
-
-    # --- allocated bytes over time --------------------------------------------------------
-    level = pre_bytes + np.cumsum(b)
-    absolute = device != "cpu" and bool((rec.total_allocated >= 0).all()) and bool(rec.total_allocated.any())
-    if absolute:  # the allocator's own total: includes what was allocated before the window
-        level = rec.total_allocated.astype(np.int64)
-        start = int(level[0] - b[0])
-    else:
-        start = pre_bytes
+    level, start, absolute = _allocated_level(rec, device, int(-b[orphan_free].sum()))
     k = int(np.argmax(level))
     peak, peak_at = int(level[k]), int(t[k])
     end = int(level[-1])
 
     # --- who: op / region / source of every record ---------------------------------------
     op_id, path_id, src_id, path_names, labels = _attribute(trace, rec)
-
-    # --- at the peak -----------------------------------------------------------------------
-    alive = is_alloc & (idx <= k) & ((free_of < 0) | (free_of > k))  # allocated by the peak, not yet freed
-    holders = _group_holders(alive, b, op_id, path_id, src_id, labels, path_names)
-    freed_later = orphan_free & (idx > k)  # allocated before the window, freed after the peak
-    held_before = int(-b[freed_later].sum()) if not absolute else peak - int(b[alive].sum())
-    if held_before > 0:
-        holders.append(MemoryHolder(BEFORE, "", None, held_before, int(freed_later.sum())))
-    holders.sort(key=lambda h: -h.bytes)
+    holders = _holders_at_peak(rec, k, peak, absolute, free_of, orphan_free, (op_id, path_id, src_id, labels, path_names))
 
     # --- by op / region ---------------------------------------------------------------------
     freed_alloc = is_alloc & (free_of >= 0)
@@ -111,8 +81,6 @@ def analyse_memory(
     if steps is None:
         steps = _find_steps(trace)
     per_step = _per_step(steps, t, level, start)
-    step_list, growth_per_step, steps_source = per_step.saved, per_step.growth_median, per_step.source
-    s_start, s_end, s_growth = per_step.starts, per_step.ends, per_step.growth
 
     reserved = rec.total_reserved
     peak_reserved = int(reserved.max()) if device != "cpu" and reserved.size and int(reserved.max()) > 0 else None
@@ -128,9 +96,9 @@ def analyse_memory(
         at_peak=tuple(holders[:TOP_HOLDERS]),
         by_op=tuple(by_op[:TOP_GROUPS]),
         by_region=tuple(by_region[:TOP_GROUPS]),
-        steps=tuple(step_list),
-        growth_per_step_bytes=growth_per_step,
-        steps_source=steps_source,
+        steps=tuple(per_step.saved),
+        growth_per_step_bytes=per_step.growth_median,
+        steps_source=per_step.source,
         timeline=_timeline(t, level, k, start, trace.start_time_ns, trace.end_time_ns),
         peak_reserved_bytes=peak_reserved,
         allocations=int(is_alloc.sum()),
@@ -139,8 +107,64 @@ def analyse_memory(
         oom=oom,
         notes=tuple(notes),
     )
-    ctx = _Ctx(rec, is_alloc, free_of, op_id, path_id, labels, path_names, s_start, s_end, s_growth, level)
+    ctx = MemoryContext(
+        rec, is_alloc, free_of, op_id, path_id, labels, path_names, per_step.starts, per_step.ends, per_step.growth, level
+    )
     return report, memory_findings(report, ctx)
+
+
+def _no_records(device: str, facts: dict[str, Any], oom: dict[str, Any] | None) -> tuple[MemoryReport, list[Finding]]:
+    """The report of a run without allocator records (and the out-of-memory finding, if it ran out)."""
+    empty = MemoryReport(
+        device,
+        peak_bytes=0,
+        peak_at_ns=0,
+        start_bytes=0,
+        end_bytes=0,
+        growth_bytes=0,
+        device_facts=facts,
+        oom=oom,
+        notes=("no allocator records: was profile_memory on?",),
+    )
+    return empty, oom_finding(empty, [])
+
+
+def _allocated_level(rec: MemoryRecords, device: str, pre_bytes: int) -> tuple[np.ndarray, int, bool]:
+    """Allocated bytes after each record, the level before the first, and whether they are the
+    allocator's own totals (which include what was allocated before the window)."""
+    b = rec.bytes
+    level = pre_bytes + np.cumsum(b)
+    absolute = device != "cpu" and bool((rec.total_allocated >= 0).all()) and bool(rec.total_allocated.any())
+    if absolute:  # the allocator's own total: includes what was allocated before the window
+        level = rec.total_allocated.astype(np.int64)
+        start = int(level[0] - b[0])
+    else:
+        start = pre_bytes
+    return level, start, absolute
+
+
+def _holders_at_peak(
+    rec: MemoryRecords,
+    k: int,
+    peak: int,
+    absolute: bool,
+    free_of: np.ndarray,
+    orphan_free: np.ndarray,
+    who: tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]],
+) -> list[MemoryHolder]:
+    """What held the memory at the peak (record ``k``), largest first: by op, region and line,
+    and what was allocated before the window."""
+    op_id, path_id, src_id, labels, path_names = who
+    b = rec.bytes
+    idx = np.arange(len(rec), dtype=np.int64)
+    alive = (b > 0) & (idx <= k) & ((free_of < 0) | (free_of > k))  # allocated by the peak, not yet freed
+    holders = _group_holders(alive, b, op_id, path_id, src_id, labels, path_names)
+    freed_later = orphan_free & (idx > k)  # allocated before the window, freed after the peak
+    held_before = int(-b[freed_later].sum()) if not absolute else peak - int(b[alive].sum())
+    if held_before > 0:
+        holders.append(MemoryHolder(BEFORE, "", None, held_before, int(freed_later.sum())))
+    holders.sort(key=lambda h: -h.bytes)
+    return holders
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +254,6 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
     n = len(rec)
     none = np.full(n, -1, dtype=np.int64)
     path_names = [""]
-    labels: list[str] = []
     # The summary's tree (ops, regions, runtime calls: computed once, shared) plus the Python
     # frames when stacks were recorded; runtime calls are transparent (they sit inside an op).
     kinds = [int(EventKind.OP), int(EventKind.REGION), int(EventKind.RUNTIME)]
@@ -238,7 +261,7 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
         kinds.append(int(EventKind.PYTHON))
     pos, nst = nest_kinds(trace, tuple(kinds))
     if not pos.size:
-        return none, np.zeros(n, dtype=np.int64), none, path_names, labels
+        return none, np.zeros(n, dtype=np.int64), none, path_names, []
     order, parent, depth = nst.order, nst.parent, nst.depth
     o_pos = pos[order]
     start = trace.start_ns[o_pos]  # in nesting order from here on
@@ -253,19 +276,55 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
     is_py = kind == int(EventKind.PYTHON)
     frame_of_name = _user_frames(names, name[is_py])
     user_py = is_py & np.isin(name, list(frame_of_name)) if frame_of_name else np.zeros(name.size, dtype=bool)
+    name_label, frame_label, labels = _label_tables(names, name[is_op], frame_of_name)
+    node_label = _NodeLabels(name, names, is_region, is_op, user_py, name_label, frame_label)
+    path_of, top_op, src = _node_attribution(parent, depth, node_label, path_names)
+    ok, jj = _innermost_node(rec, start, end, thread, parent, depth)
+    op_id = np.where(ok, top_op[jj], -1)
+    path_id = np.where(ok, path_of[jj], 0)
+    src_id = np.where(ok, src[jj], -1)
+    return op_id, path_id, src_id, path_names, labels
+
+
+def _label_tables(
+    names: Sequence[str], op_names: np.ndarray, frame_of_name: dict[int, str]
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """One label table for the ops' names and the user frames: (label of each op name id, label
+    of each frame name id, the labels in order)."""
     label_id: dict[str, int] = {}
 
     def label(s: str) -> int:
         return label_id.setdefault(s, len(label_id))
 
     name_label = np.full(len(names), -1, dtype=np.int64)
-    for nid in np.unique(name[is_op]).tolist():
+    for nid in np.unique(op_names).tolist():
         name_label[nid] = label(names[nid])
     frame_label = np.full(len(names), -1, dtype=np.int64)
     for nid, f in frame_of_name.items():
         frame_label[nid] = label(f)
+    return name_label, frame_label, list(label_id)
 
-    m = o_pos.size
+
+@dataclass(frozen=True)
+class _NodeLabels:
+    """Per node of the nesting tree (in nesting order): its name and what it is; per name id its labels."""
+
+    name: np.ndarray
+    names: Sequence[str]
+    is_region: np.ndarray
+    is_op: np.ndarray
+    user_py: np.ndarray
+    name_label: np.ndarray
+    frame_label: np.ndarray
+
+
+def _node_attribution(
+    parent: np.ndarray, depth: np.ndarray, nodes: _NodeLabels, path_names: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, walking down the tree a level at a time: its region path id (new paths appended
+    to ``path_names``), the outermost op's label, the innermost user frame's label."""
+    name, names, is_region, is_op = nodes.name, nodes.names, nodes.is_region, nodes.is_op
+    m = name.size
     path_of = np.zeros(m, dtype=np.int64)
     top_op = np.full(m, -1, dtype=np.int64)
     src = np.full(m, -1, dtype=np.int64)
@@ -295,10 +354,17 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
             new_path[reg] = np.asarray(ids, dtype=np.int64)[inv.reshape(-1)]
         path_of[lvl] = new_path
         op_here = is_op[lvl]
-        top_op[lvl] = np.where(reg, -1, np.where(op_here & (pt < 0), name_label[name[lvl]], pt))
-        src[lvl] = np.where(user_py[lvl], frame_label[name[lvl]], ps)
+        top_op[lvl] = np.where(reg, -1, np.where(op_here & (pt < 0), nodes.name_label[name[lvl]], pt))
+        src[lvl] = np.where(nodes.user_py[lvl], nodes.frame_label[name[lvl]], ps)
+    return path_of, top_op, src
 
-    # innermost node around each record on its thread: one searchsorted over (thread, start)
+
+def _innermost_node(
+    rec: MemoryRecords, start: np.ndarray, end: np.ndarray, thread: np.ndarray, parent: np.ndarray, depth: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The innermost node around each record on its thread: (found, its node), by one
+    searchsorted over (thread, start), then steps up the parents while the node ended before it."""
+    m = start.size
     threads = np.unique(thread)
     if threads.size == 1:  # the usual case: no key arithmetic on threads
         d_nodes = np.zeros(m, dtype=np.int64)
@@ -322,10 +388,7 @@ def _attribute(trace: Trace, rec: MemoryRecords) -> tuple[np.ndarray, np.ndarray
         up = parent[jj[outside]]
         jj[outside] = np.maximum(up, 0)
         ok[np.flatnonzero(outside)[up < 0]] = False
-    op_id = np.where(ok, top_op[jj], -1)
-    path_id = np.where(ok, path_of[jj], 0)
-    src_id = np.where(ok, src[jj], -1)
-    return op_id, path_id, src_id, path_names, list(label_id)
+    return ok, jj
 
 
 def _group_holders(mask, b, op_id, path_id, src_id, labels, path_names) -> list[MemoryHolder]:
@@ -426,7 +489,7 @@ def neuron_device_report(
         notes=tuple(notes),
     )
     kept = [f for f in host_findings if f.rule not in ("memory_peak", "out_of_memory")]
-    return report, kept + _peak(report) + _oom_finding(report, kept)
+    return report, kept + peak_finding(report) + oom_finding(report, kept)
 
 
 def _find_steps(trace: Trace) -> tuple[str, np.ndarray, np.ndarray] | None:
@@ -478,186 +541,3 @@ def _oom_facts(records: MemoryRecords, error: str | None, device: str) -> dict[s
         at, asked, dtype, did = records.oom[0]
         facts.update(at_ns=int(at), requested_bytes=int(asked) or None, device=DEVICE_TYPES.get(dtype, device), device_id=did)
     return facts
-
-
-# --- findings ------------------------------------------------------------------------------------
-class _Ctx:
-    def __init__(self, rec, is_alloc, free_of, op_id, path_id, labels, path_names, s_start, s_end, s_growth, level):
-        self.rec, self.is_alloc, self.free_of = rec, is_alloc, free_of
-        self.op_id, self.path_id, self.labels, self.path_names = op_id, path_id, labels, path_names
-        self.s_start, self.s_end, self.s_growth, self.level = s_start, s_end, s_growth, level
-
-    def where(self, op: int, path: int) -> str:
-        o = self.labels[op] if op >= 0 else NO_OP
-        p = self.path_names[path]
-        return f"{o} in {p}" if p else o
-
-    def top_groups(self, mask: np.ndarray, limit: int = 5) -> list[dict[str, Any]]:
-        sel = np.flatnonzero(mask)
-        if not sel.size:
-            return []
-        key = (self.op_id[sel] + 1) * len(self.path_names) + self.path_id[sel]
-        uniq, inv = np.unique(key, return_inverse=True)
-        inv = inv.reshape(-1)
-        total = np.bincount(inv, weights=self.rec.bytes[sel].astype(np.float64))
-        count = np.bincount(inv)
-        out = []
-        for i in np.argsort(-total, kind="stable")[:limit].tolist():
-            o, p = divmod(int(uniq[i]), len(self.path_names))
-            out.append(
-                {
-                    "op": self.labels[o - 1] if o > 0 else NO_OP,
-                    "region": self.path_names[p],
-                    "bytes": int(total[i]),
-                    "count": int(count[i]),
-                }
-            )
-        return out
-
-
-def memory_findings(report: MemoryReport, ctx: Any = None) -> list[Finding]:
-    """``memory_growth``, ``memory_peak``, ``allocator_churn``, ``fragmentation``, ``out_of_memory``."""
-    out: list[Finding] = []
-    if ctx is not None:
-        out += _growth(report, ctx)
-        out += _churn(report, ctx)
-    out += _peak(report)
-    out += _fragmentation(report)
-    out += _oom_finding(report, out)
-    return out
-
-
-def _growth(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
-    g = ctx.s_growth
-    n = int(g.size)
-    if n < 3 or report.growth_per_step_bytes is None:
-        return []
-    per_step = report.growth_per_step_bytes
-    growing = int((g > 0).sum())
-    if growing < 0.6 * n or per_step < 4096 or int(g.sum()) < MiB:
-        return []
-    t = ctx.rec.time_ns
-    in_steps = (t >= ctx.s_start[0]) & (t <= ctx.s_end[-1])
-    # kept: still alive when the last step ends (freed after it, e.g. at exit, or never)
-    freed_at = np.where(ctx.free_of >= 0, t[np.maximum(ctx.free_of, 0)], np.iinfo(np.int64).max)
-    kept = ctx.is_alloc & in_steps & (freed_at > ctx.s_end[-1])
-    top = ctx.top_groups(kept)
-    for item in top:
-        item["bytes_per_step"] = item["bytes"] // n
-    who = f"{top[0]['op']}" + (f" in {top[0]['region']}" if top[0]["region"] else "") if top else "an allocation"
-    what = format_bytes(top[0]["bytes"] // n) if top else format_bytes(per_step)
-    msg = (
-        f"memory grows by {format_bytes(per_step)} per step on {growing} of {n} steps: {who} allocates {what} per step "
-        "still held after the last step — a reference kept across steps (a list of tensors, a loss accumulated without "
-        ".item()/.detach(), a cache); drop it or keep a detached/CPU copy"
-    )
-    evidence = {"bytes": int(g.sum()), "bytes_per_step": per_step, "growing_steps": growing, "steps": n, "never_freed": top}
-    return [Finding("memory_growth", msg, 0.0, evidence, "high" if growing >= 0.9 * n else "medium")]
-
-
-def _peak(report: MemoryReport) -> list[Finding]:
-    top = report.top
-    if top is None or report.peak_bytes < MiB or top.bytes < 0.5 * report.peak_bytes:
-        return []
-    share = top.bytes / report.peak_bytes
-    where = top.op + (f" in {top.region}" if top.region else "") + (f" ({top.source})" if top.source else "")
-    if top.op == BEFORE:
-        advice = (
-            "memory allocated before the profile (weights, optimizer state, caches) dominates: a smaller model "
-            "or lower-precision weights/optimizer state, or offloading, lowers it"
-        )
-    else:
-        advice = (
-            "try activation checkpointing (torch.utils.checkpoint) around this block, a smaller batch, or freeing "
-            "it earlier (del / out-of-scope) if it is not needed after its last use"
-        )
-    msg = f"{where} holds {format_bytes(top.bytes)} ({100 * share:.0f}%) of the {format_bytes(report.peak_bytes)} peak: {advice}"
-    evidence = {
-        "bytes": top.bytes,
-        "peak_bytes": report.peak_bytes,
-        "share_pct": round(100 * share, 1),
-        "op": top.op,
-        "region": top.region,
-        "source": top.source,
-        "count": top.count,
-    }
-    return [Finding("memory_peak", msg, 0.0, evidence, "high" if share >= 0.75 else "medium")]
-
-
-def _churn(report: MemoryReport, ctx: _Ctx) -> list[Finding]:
-    rec = ctx.rec
-    big = ctx.is_alloc & (rec.bytes >= MiB) & (ctx.free_of >= 0)
-    if not big.any():
-        return []
-    life = np.zeros(len(rec), dtype=np.int64)
-    life[big] = rec.time_ns[ctx.free_of[big]] - rec.time_ns[big]
-    n_steps = max(int(ctx.s_growth.size), 1)
-    if ctx.s_growth.size:  # freed inside the step that allocated it
-        step_of = np.searchsorted(ctx.s_start, rec.time_ns, side="right") - 1
-        free_t = np.where(big, rec.time_ns[np.maximum(ctx.free_of, 0)], 0)
-        step_end = ctx.s_end[np.clip(step_of, 0, ctx.s_end.size - 1)]
-        short = big & (step_of >= 0) & (free_t <= step_end)
-    else:
-        short = big & (life < 10_000_000)  # freed within 10 ms
-    count = int(short.sum())
-    per_step = count / n_steps
-    if per_step < 16 or count < 32:
-        return []
-    total = int(rec.bytes[short].sum())
-    top = ctx.top_groups(short)
-    who = f"{top[0]['op']}" + (f" in {top[0]['region']}" if top[0]["region"] else "") if top else "ops"
-    msg = (
-        f"{per_step:.0f} short-lived allocations of >= 1 MiB per step ({format_bytes(total / n_steps)} per step), most by "
-        f"{who}: reuse buffers (in-place ops, out=, preallocated tensors) or fuse the ops (torch.compile) so the "
-        "allocator does not churn"
-    )
-    evidence = {
-        "bytes": total,
-        "bytes_per_step": total // n_steps,
-        "allocations": count,
-        "per_step": round(per_step, 1),
-        "top": top,
-    }
-    return [Finding("allocator_churn", msg, 0.0, evidence, "medium" if per_step < 100 else "high")]
-
-
-def _fragmentation(report: MemoryReport) -> list[Finding]:
-    res = report.peak_reserved_bytes
-    if report.device != "cuda" or res is None or not report.peak_bytes:
-        return []
-    slack = res - report.peak_bytes
-    if slack < 256 * MiB or res < 1.3 * report.peak_bytes:
-        return []
-    msg = (
-        f"the CUDA caching allocator reserved {format_bytes(res)} for a {format_bytes(report.peak_bytes)} peak of tensors "
-        f"({format_bytes(slack)} reserved but unused): fragmentation — set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
-        "allocate the largest buffers first, or avoid varying shapes between steps"
-    )
-    evidence = {"bytes": slack, "reserved_bytes": res, "allocated_peak_bytes": report.peak_bytes}
-    return [Finding("fragmentation", msg, 0.0, evidence, "medium")]
-
-
-def _oom_finding(report: MemoryReport, found: list[Finding]) -> list[Finding]:
-    if report.oom is None:
-        return []
-    holders = [h.to_dict() for h in report.at_peak[:5]]
-    top = report.top
-    held = (
-        f"; at the peak ({format_bytes(report.peak_bytes)}) {top.op}"
-        + (f" in {top.region}" if top.region else "")
-        + f" held {format_bytes(top.bytes)}"
-        if top is not None
-        else ""
-    )
-    table = report.device_facts.get("neuron_oom_table")
-    extra = ""
-    if isinstance(table, dict) and table.get("categories"):
-        cats = sorted(table["categories"].items(), key=lambda kv: -kv[1])[:3]
-        extra = "; device memory by category: " + ", ".join(f"{c} {format_bytes(v)}" for c, v in cats)
-    msg = f"out of memory on {report.device}{held}{extra}: reduce that first (see memory_peak), or the batch size"
-    evidence = {"bytes": report.peak_bytes, "error": report.oom.get("error"), "at_peak": holders}
-    if report.oom.get("requested_bytes"):
-        evidence["requested_bytes"] = report.oom["requested_bytes"]
-    if table:
-        evidence["neuron_oom_table"] = table
-    return [Finding("out_of_memory", msg, 0.0, evidence, "high")]

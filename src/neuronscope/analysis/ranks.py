@@ -1,20 +1,14 @@
 """Cross-rank analysis: per-rank step time, busy share, collective time, clock skew, the straggler.
 
-Two halves, both pure (numpy; never torch):
+Pure (numpy; never torch), in three modules:
 
-* :func:`rank_profile` runs once per profiled run of a distributed job (on the analysis
-  worker, or later from a saved trace). It keeps what the comparison needs and the run
-  directory would otherwise only hold in the (optional) trace: the collectives as they ran,
-  and per step where the time went *outside* them (compute, host, data, compile). Saved as
-  ``rank.json`` next to ``summary.json``.
-* :func:`compare_ranks` reads the run directories of every rank and lines them up.
-
-**Which events are collectives.** The event that *executes* the collective: gloo's
-``gloo:all_reduce`` (CPU, on gloo's worker threads), NCCL's ``ncclDevKernel_*`` /
-``ncclKernel_*`` kernels on CUDA, device ops named like a collective on other devices
-(``AllReduce``, ``all-gather``...). Only when a trace has none of those: NCCL's CPU-side
-``nccl:*`` annotations, then the ``c10d::*`` ops that issue them. The issue-side ops last
-microseconds (they enqueue); the executing event lasts until every rank has joined.
+* :func:`rank_profile` (:mod:`.rank_profile`) runs once per profiled run of a distributed job
+  and keeps what the comparison needs (``rank.json``): the collectives as they ran, and per
+  step where the time went outside them. Which events are collectives is said there.
+* :func:`compare_rank_runs` (here) lines up the runs of every rank: the clock alignment, the
+  lateness and the straggler.
+* :class:`RankComparison` (:mod:`.rank_comparison`) is what it gives back, and the per-rank
+  table every renderer draws.
 
 **Clock alignment.** Ranks leave a symmetric collective (all_reduce, all_gather,
 reduce_scatter, all_to_all, barrier) together, whatever their clocks say. The j-th
@@ -42,14 +36,25 @@ compiling, or waiting in other collectives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ..errors import TraceLoadError
-from .diagnosis.communication import COLLECTIVE_KERNEL, collective_kind
+from .diagnosis.communication import collective_kind
+from .rank_comparison import (
+    RANK_COLUMNS,
+    RANK_HEADER,
+    RankColumn,
+    RankComparison,
+    RankRow,
+    StepRow,
+    Straggler,
+    rank_label,
+)
+from .rank_profile import RANK_FILE, rank_profile
 from .units import format_us
 
 __all__ = [
@@ -69,10 +74,6 @@ __all__ = [
     "rank_profile",
 ]
 
-RANK_FILE = "rank.json"
-RANK_FILE_SCHEMA_VERSION = 1
-COMPARISON_SCHEMA_VERSION = 1
-MAX_COLLECTIVES = 200_000  #: kept per run in rank.json (a long profile of a DDP job has many)
 #: normalised collective kinds
 COLLECTIVE_KINDS = (
     "all_reduce",
@@ -100,337 +101,6 @@ STRAGGLER_LAST_SHARE = 0.5
 STRAGGLER_NOISE_FACTOR = 3.0
 #: with 2 ranks: late by the floor in this share of the steps
 STRAGGLER_CONSISTENT_SHARE = 0.8
-
-# -- one rank: what its run keeps ----------------------------------------------------------------
-
-
-def _collective_positions(trace: Any) -> tuple[np.ndarray, str]:
-    """Positions of the events that execute collectives, and which kind of events they are."""
-    from ..trace.kinds import EventKind
-
-    kind = trace.kind
-    device = (kind == EventKind.DEVICE) & trace.name_mask(lambda n: bool(COLLECTIVE_KERNEL.search(n)))
-    gloo = trace.name_mask(lambda n: n.startswith("gloo:"))
-    executing = device | gloo
-    if executing.any():
-        source = "+".join(s for s, m in (("device", device), ("gloo", gloo)) if m.any())
-        return np.flatnonzero(executing), source
-    nccl_cpu = trace.name_mask(lambda n: n.startswith("nccl:"))
-    if nccl_cpu.any():
-        return np.flatnonzero(nccl_cpu), "nccl_cpu"
-    c10d = (kind == EventKind.OP) & trace.name_mask(lambda n: n.startswith("c10d::"))
-    return np.flatnonzero(c10d), "c10d" if c10d.any() else "none"
-
-
-def _intersect(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A ∩ B for two sets of disjoint intervals: where both are covered."""
-    if not as_.size or not bs.size:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty
-    t = np.concatenate((as_, ae, bs, be)).astype(np.int64)
-    d = np.concatenate((np.ones(as_.size), -np.ones(ae.size), np.ones(bs.size), -np.ones(be.size))).astype(np.int64)
-    order = np.lexsort((d, t))  # at one instant, ends before starts: half-open intervals
-    t, depth = t[order], np.cumsum(d[order])
-    inside = depth[:-1] == 2
-    s, e = t[:-1][inside], t[1:][inside]
-    keep = e > s
-    return s[keep], e[keep]
-
-
-def _breakdown(
-    tl: Any, cs: np.ndarray, ce: np.ndarray, starts: np.ndarray, ends: np.ndarray, exposed: tuple[np.ndarray, np.ndarray]
-) -> dict[str, list[float]]:
-    """Per window: µs in collectives (and of those, exposed: no compute beside them), and
-    outside them computing / on the host / data / compile."""
-    from .diagnosis.timeline import CLASS_INDEX
-    from .intervals import overlap_with
-
-    def outside(us_: np.ndarray, ue: np.ndarray) -> np.ndarray:
-        inter_s, inter_e = _intersect(us_, ue, cs, ce)
-        remaining: np.ndarray = overlap_with(starts, ends, us_, ue) - overlap_with(starts, ends, inter_s, inter_e)
-        return remaining
-
-    out = {
-        "collective_us": overlap_with(starts, ends, cs, ce),
-        "exposed_us": overlap_with(starts, ends, *exposed),
-        "compute_us": outside(tl.busy_s, tl.busy_e),
-    }
-    # the device idle outside collectives: host-side and device-side waits alike are "host" here
-    # (what the rank did instead of computing), data and compilation apart
-    groups = {"host_us": ("host_wait", "launch", "sync", "stream_wait"), "data_us": ("data",), "compile_us": ("compile",)}
-    for key, classes in groups.items():
-        total = np.zeros(starts.size, dtype=np.int64)
-        for c in classes:
-            sel = tl.gap_cls == CLASS_INDEX[c]
-            if sel.any():
-                total += outside(tl.gap_s[sel], tl.gap_e[sel])
-        out[key] = total
-    return {k: [round(float(v) / 1e3, 3) for v in arr.tolist()] for k, arr in out.items()}
-
-
-def rank_profile(trace: Any, *, serial: int | None = None, gap_threshold_us: float = 50.0) -> dict[str, Any]:
-    """What :func:`compare_ranks` needs from one run of one rank (JSON-ready; ``rank.json``)."""
-    from .diagnosis.steps import find_steps
-    from .diagnosis.timeline import build_timeline
-    from ..trace.kinds import EventKind
-    from .intervals import subtract, union
-
-    tl = build_timeline(trace, serial=serial, threshold_us=gap_threshold_us)
-    pos, source = _collective_positions(trace)
-    starts = trace.start_ns[pos]
-    ends = starts + trace.duration_ns[pos]
-    inside = (starts >= tl.lo) & (starts < tl.hi) if tl.hi > tl.lo else np.ones(pos.size, dtype=bool)
-    pos, starts, ends = pos[inside], starts[inside], ends[inside]
-    order = np.argsort(starts, kind="stable")
-    pos, starts, ends = pos[order], starts[order], ends[order]
-    dropped = max(int(pos.size) - MAX_COLLECTIVES, 0)
-    pos, starts, ends = pos[:MAX_COLLECTIVES], starts[:MAX_COLLECTIVES], ends[:MAX_COLLECTIVES]
-    names = [trace.names[i] for i in trace.name_id[pos].tolist()]
-    cs, ce = union(starts, ends)
-    # exposed: collective time while no other device work ran (CPU collectives: all of it)
-    others = np.setdiff1d(np.flatnonzero(trace.kind == EventKind.DEVICE), pos)
-    ks, ke = union(trace.start_ns[others], trace.start_ns[others] + trace.duration_ns[others])
-    exposed = subtract(cs, ce, ks, ke)
-    window = _breakdown(tl, cs, ce, np.array([tl.lo]), np.array([tl.hi]), exposed)
-    found = find_steps(trace, tl.lo, tl.hi, tl.main_thread)
-    steps = None
-    if found is not None and found[2].size > 1:
-        s_start, s_end = found[2].astype(np.int64), found[3].astype(np.int64)
-        steps = {"source": found[0], "name": found[1], "start_ns": s_start.tolist(), "end_ns": s_end.tolist()}
-        steps.update(_breakdown(tl, cs, ce, s_start, s_end, exposed))
-    window_ns = max(tl.hi - tl.lo, 0)
-    return {
-        "schema_version": RANK_FILE_SCHEMA_VERSION,
-        "device": trace.device,
-        "window_ns": [int(tl.lo), int(tl.hi)],
-        "device_busy_pct": round(100.0 * tl.busy_ns / window_ns, 2) if window_ns else 0.0,
-        "collective_events": source,
-        "collectives": {
-            "kind": [collective_kind(n) for n in names],
-            "name": names,
-            "start_ns": starts.tolist(),
-            "end_ns": ends.tolist(),
-        },
-        "collectives_dropped": dropped,
-        "window": {k: v[0] for k, v in window.items()},
-        "steps": steps,
-    }
-
-
-# -- the comparison ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RankRow:
-    """One rank, over the matched steps. Times per step are medians over the steps."""
-
-    rank: int
-    host: str | None
-    local_rank: int | None
-    path: str | None  #: the rank's directory (or its one run / trace file)
-    runs: int
-    steps: int
-    step_p50_us: float  #: wall time of a step, on the rank's own clock
-    step_max_us: float
-    device_busy_pct: float
-    collective_us: float  #: time inside collectives per step
-    collective_wait_us: float  #: of which waiting for the last rank to arrive
-    compute_us: float  #: outside collectives: device busy
-    host_us: float  #: outside collectives: device idle, host-side (not data, not compile)
-    data_us: float
-    compile_us: float
-    late_us: float  #: median lateness per step vs the other ranks (aligned clocks)
-    last_arrival_pct: float  #: share of matched collectives this rank arrived at last
-    clock_offset_us: float | None  #: its clock minus the lowest rank's (None: not estimated)
-    #: of ``collective_us``: time no compute ran beside (what overlap could win); 0 in rank.json
-    #: files written before it was recorded
-    exposed_us: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON row: ``rank``, the table's columns in the table's order, then the rest."""
-        d = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
-        first = {k: d.pop(k) for k in ("rank", *(c.key for c in RANK_COLUMNS))}
-        return first | d
-
-
-@dataclass(frozen=True)
-class RankColumn:
-    """A column of the per-rank table. ``str(comparison)``, ``neuronscope ranks`` and the HTML
-    report draw :data:`RANK_COLUMNS` in order; ``key`` is the :class:`RankRow` field and the
-    key of ``--json`` / ``to_dict()``, so the three and the JSON cannot drift apart."""
-
-    key: str
-    header: str
-    unit: Literal["us", "signed_us", "pct", "text"]
-    priority: int  #: on a narrow terminal the highest goes first
-
-    def value(self, row: RankRow) -> Any:
-        return getattr(row, self.key)
-
-    def text(self, row: RankRow) -> str:
-        """The cell as every table shows it ("-": not known)."""
-        v = self.value(row)
-        if v is None or v == "":
-            return "-"
-        if self.unit == "us":
-            return format_us(v)
-        if self.unit == "signed_us":
-            return _signed(v)
-        return f"{v:.1f}" if self.unit == "pct" else str(v)
-
-
-#: the first column: "rank N", marked " *" on the straggler (:func:`rank_label`)
-RANK_HEADER = "Rank"
-#: the per-rank table, per step (medians over the steps); docs/distributed.md explains each
-RANK_COLUMNS: tuple[RankColumn, ...] = (
-    RankColumn("step_p50_us", "Step p50", "us", 1),
-    RankColumn("device_busy_pct", "Busy %", "pct", 2),
-    RankColumn("collective_us", "Collective", "us", 1),
-    RankColumn("exposed_us", "Exposed", "us", 4),
-    RankColumn("collective_wait_us", "Wait", "us", 1),
-    RankColumn("compute_us", "Compute", "us", 3),
-    RankColumn("host_us", "Host", "us", 3),
-    RankColumn("data_us", "Data", "us", 4),
-    RankColumn("compile_us", "Compile", "us", 5),
-    RankColumn("late_us", "Late", "signed_us", 1),
-    RankColumn("last_arrival_pct", "Last %", "pct", 5),
-    RankColumn("clock_offset_us", "Clock", "signed_us", 5),
-    RankColumn("host", "Host name", "text", 6),
-)
-
-
-def rank_label(comparison: RankComparison, row: RankRow) -> str:
-    straggler = comparison.straggler is not None and comparison.straggler.rank == row.rank
-    return f"rank {row.rank}" + (" *" if straggler else "")
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """The rank that makes the others wait, by how much and why."""
-
-    rank: int
-    late_us: float  #: its median extra time per step (lateness at the collectives)
-    late_pct_of_step: float
-    last_share_pct: float  #: share of steps in which it was the latest
-    cause: str  #: one of CAUSES, or "unknown"
-    cause_us: float  #: its excess of ``cause`` per step vs the median of the other ranks
-    deltas_us: dict[str, float]  #: every cause's excess per step
-    others_wait_us: float  #: what the other ranks wait per step in collectives (mean over them)
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
-        d["deltas_us"] = {k: round(v, 3) for k, v in self.deltas_us.items()}
-        return d
-
-
-@dataclass(frozen=True)
-class StepRow:
-    """One step across ranks: its wall time on each rank, who arrived last, how late."""
-
-    key: str  #: ``<call index>`` or ``<call index>.<step>``
-    wall_us: dict[int, float]
-    late_us: dict[int, float]
-    last_rank: int | None
-    collectives: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "wall_us": {str(r): round(v, 3) for r, v in self.wall_us.items()},
-            "late_us": {str(r): round(v, 3) for r, v in self.late_us.items()},
-            "last_rank": self.last_rank,
-            "collectives": self.collectives,
-        }
-
-
-@dataclass(frozen=True)
-class RankComparison:
-    """The ranks of one job side by side (``neuronscope ranks``, ``ns.compare_ranks``)."""
-
-    job_id: str | None
-    name: str  #: the profile compared
-    world_size: int | None
-    ranks: tuple[RankRow, ...]
-    steps: tuple[StepRow, ...]
-    straggler: Straggler | None
-    clock: dict[str, Any]  #: method, anchors, offsets_us by rank, max_skew_us
-    step_skew: float  #: slowest rank's median step / the median step
-    collectives: int  #: matched collectives (per rank)
-    collective_events: str  #: which events they are (gloo, device, nccl_cpu, c10d)
-    threshold_us: float  #: the lateness a straggler must reach: max(100 µs, 2 % of the median step)
-    noise_us: float = 0.0  #: how much the ranks' lateness scatters by chance (1.4826 × MAD, per step)
-    required_us: float = 0.0  #: the median lateness a straggler had to reach here
-    warnings: tuple[str, ...] = ()
-    other_names: tuple[str, ...] = ()  #: other profiles present on every rank
-    lanes: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)  #: for the HTML lane view
-
-    def rank(self, r: int) -> RankRow:
-        for row in self.ranks:
-            if row.rank == r:
-                return row
-        raise KeyError(f"rank {r} is not in this comparison (ranks: {[x.rank for x in self.ranks]})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": COMPARISON_SCHEMA_VERSION,
-            "job_id": self.job_id,
-            "name": self.name,
-            "world_size": self.world_size,
-            "ranks": [r.to_dict() for r in self.ranks],
-            "straggler": None if self.straggler is None else self.straggler.to_dict(),
-            "clock": self.clock,
-            "step_skew": round(self.step_skew, 4),
-            "collectives": self.collectives,
-            "collective_events": self.collective_events,
-            "threshold_us": round(self.threshold_us, 3),
-            "noise_us": round(self.noise_us, 3),
-            "required_us": round(self.required_us, 3),
-            "steps": [s.to_dict() for s in self.steps],
-            "warnings": list(self.warnings),
-            "other_names": list(self.other_names),
-        }
-
-    def headline(self) -> list[str]:
-        n = len(self.ranks)
-        lines = [f"{self.name}: {n} ranks, {len(self.steps)} steps compared, {self.collectives} collectives matched per rank"]
-        if self.straggler is not None:
-            lines.append(self.straggler.message)
-        else:
-            lines.append(f"no straggler: no rank is consistently late (by {format_us(self.required_us)} or more in most steps)")
-        skew = self.clock.get("max_skew_us")
-        if skew is not None:
-            c = self.clock
-            spread = f"collective exits spread {format_us(c.get('exit_spread_us') or 0.0)}"
-            if c.get("hosts") == 1:
-                est = c.get("estimated_us") or {}
-                rng = (max(est.values()) - min(est.values())) if est else 0.0
-                lines.append(
-                    f"clock: one host, one clock (no offset applied); the estimate from {c.get('anchors', 0)} collective "
-                    f"ends scatters {format_us(rng)} across its ranks ({spread})"
-                )
-            else:
-                lines.append(
-                    f"clock skew between hosts: {format_us(skew)} (from {c.get('anchors', 0)} collective ends; {spread})"
-                )
-        else:
-            lines.append(f"clock skew: not estimated ({self.clock.get('reason', 'no collectives')})")
-        return lines
-
-    def __str__(self) -> str:
-        head = (RANK_HEADER, *(c.header for c in RANK_COLUMNS))
-        body = [(rank_label(self, r), *(c.text(r) for c in RANK_COLUMNS)) for r in self.ranks]
-        left = {0} | {i + 1 for i, c in enumerate(RANK_COLUMNS) if c.unit == "text"}
-        widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)]
-        table = [
-            "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-            for row in (head, *body)
-        ]
-        return "\n".join([*self.headline(), "", *table, *(f"warning: {w}" for w in self.warnings)])
-
-
-def _signed(us: float) -> str:
-    return ("+" if us > 0 else "-" if us < 0 else "") + format_us(abs(us))
 
 
 @dataclass
@@ -597,6 +267,67 @@ def _match_collectives(
 def _compare(
     name: str, ranks: list[int], runs: list[RankRun], warnings: list[str], other_names: tuple[str, ...]
 ) -> RankComparison:
+    """Line up the runs of one profile on every rank: steps, collectives, clocks, lateness, the straggler."""
+    per_rank, keys = _runs_on_every_rank(name, ranks, runs, warnings)
+    steps = _rank_steps(per_rank, ranks, keys)
+    n_steps = len(steps[ranks[0]])
+    R = len(ranks)
+
+    S, E, step_idx, kind_of = _match_collectives(steps, ranks, n_steps, warnings)
+    C = S.shape[1]
+
+    hosts = [per_rank[k][keys[0]].host or f"rank{k}" for k in ranks]  # unknown host: its own clock
+    clock, delta = _clock(ranks, hosts, S, E, kind_of)
+
+    wall = np.array([[(st.end_ns - st.start_ns) / 1e3 for st in steps[k]] for k in ranks])  # R x steps, µs
+    arrivals, step_idx, wait, last_count = _arrivals(S, E, delta, step_idx, wall, n_steps)
+    late = _lateness(arrivals, step_idx, n_steps)
+    median_step = _median(wall)
+    threshold = max(STRAGGLER_MIN_US, STRAGGLER_STEP_SHARE * median_step)
+    med_late = np.median(late, axis=1)
+    latest = np.argmax(late, axis=0)
+    last_share = np.bincount(latest, minlength=R) / max(n_steps, 1)
+
+    parts = {
+        key: np.array([[st.parts[f"{key}_us"] for st in steps[k]] for k in ranks])
+        for key in ("collective", "exposed", "compute", "host", "data", "compile")
+    }
+    timing = _RankTiming(wall, wait, parts, med_late, last_count, C)
+    rows = _rank_rows(ranks, per_rank, keys, n_steps, timing, clock)
+
+    straggler = None
+    cand = int(np.argmax(med_late))
+    noise, required, consistent = _noise(arrivals, step_idx, n_steps, cand, late[cand], threshold)
+    if last_share[cand] >= STRAGGLER_LAST_SHARE and med_late[cand] >= required and consistent:
+        straggler = _straggler(ranks, cand, med_late, last_share, parts, wait, median_step, threshold)
+    step_rows = _step_rows(ranks, steps, wall, late, latest, step_idx, C)
+    first = runs[0]
+    medians = np.median(wall, axis=1)
+    sources = sorted({str((r.profile or {}).get("collective_events", "none")) for r in runs})
+    return RankComparison(
+        job_id=first.job_id,
+        name=name,
+        world_size=first.world_size,
+        ranks=tuple(rows),
+        steps=step_rows,
+        straggler=straggler,
+        clock=clock,
+        step_skew=float(medians.max() / median_step) if median_step > 0 else 1.0,
+        collectives=C,
+        collective_events="+".join(s for s in sources if s != "none") or "none",
+        threshold_us=threshold,
+        noise_us=noise,
+        required_us=required,
+        warnings=tuple(warnings),
+        other_names=other_names,
+        lanes=_lanes(ranks, steps, delta, S, E, kind_of),
+    )
+
+
+def _runs_on_every_rank(
+    name: str, ranks: list[int], runs: list[RankRun], warnings: list[str]
+) -> tuple[dict[int, dict[tuple[int, int], RankRun]], list[tuple[int, int]]]:
+    """The runs of ``name`` by rank and key, and the keys every rank has (warning of those left out)."""
     per_rank = {k: _keyed([r for r in runs if r.rank == k]) for k in ranks}
     keys = sorted(set.intersection(*(set(d) for d in per_rank.values())))
     missing = {k: len(d) - len(keys) for k, d in per_rank.items() if len(d) > len(keys)}
@@ -615,46 +346,70 @@ def _compare(
             f"ranks {no_profile}: runs without rank.json or trace: collectives and the time breakdown are missing "
             "(profile with neuronscope >= this version, or save_trace=True)"
         )
-    # steps: the runs' own steps when every rank has the same number, else one step per run
+    return per_rank, keys
+
+
+def _rank_steps(
+    per_rank: dict[int, dict[tuple[int, int], RankRun]], ranks: list[int], keys: list[tuple[int, int]]
+) -> dict[int, list[_Step]]:
+    """Each rank's steps: the runs' own steps when every rank has the same number, else one step per run."""
     steps: dict[int, list[_Step]] = {k: [] for k in ranks}
     for key in keys:
         counts = {len(((per_rank[k][key].profile or {}).get("steps") or {}).get("start_ns", [])) for k in ranks}
         use_sub = len(counts) == 1 and counts.pop() > 1
         for k in ranks:
             steps[k].extend(_steps_of(per_rank[k][key], key, use_sub))
-    n_steps = len(steps[ranks[0]])
-    R = len(ranks)
+    return steps
 
-    S, E, step_idx, kind_of = _match_collectives(steps, ranks, n_steps, warnings)
-    C = S.shape[1]
 
-    hosts = [per_rank[k][keys[0]].host or f"rank{k}" for k in ranks]  # unknown host: its own clock
-    clock, delta = _clock(ranks, hosts, S, E, kind_of)
+def _arrivals(
+    S: np.ndarray, E: np.ndarray, delta: np.ndarray, step_idx: np.ndarray, wall: np.ndarray, n_steps: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(aligned arrivals, their steps, wait in collectives per step, how often each rank came last).
 
-    wall = np.array([[(st.end_ns - st.start_ns) / 1e3 for st in steps[k]] for k in ranks])  # R x steps, µs
-    wait = np.zeros((R, n_steps))
-    last_count = np.zeros(R)
-    if C:
-        base = S.min(axis=0)
-        arrivals = ((S - base).astype(np.float64) - delta[:, None]) / 1e3  # aligned, µs from the earliest
-        dur = (E - S).astype(np.float64)
-        wait = _per_step((dur - dur.min(axis=0)) / 1e3, step_idx, n_steps)
-        last_count = np.bincount(np.argmax(arrivals, axis=0), minlength=R).astype(np.float64)
-    else:  # nothing to align on: a step's wall time is its lateness
-        arrivals, step_idx = wall, np.arange(n_steps)
+    Without matched collectives there is nothing to align on: a step's wall time is its lateness."""
+    R, C = S.shape
+    if not C:
+        return wall, np.arange(n_steps), np.zeros((R, n_steps)), np.zeros(R)
+    base = S.min(axis=0)
+    arrivals = ((S - base).astype(np.float64) - delta[:, None]) / 1e3  # aligned, µs from the earliest
+    dur = (E - S).astype(np.float64)
+    wait = _per_step((dur - dur.min(axis=0)) / 1e3, step_idx, n_steps)
+    last_count = np.bincount(np.argmax(arrivals, axis=0), minlength=R).astype(np.float64)
+    return arrivals, step_idx, wait, last_count
+
+
+def _lateness(arrivals: np.ndarray, step_idx: np.ndarray, n_steps: int) -> np.ndarray:
+    """Per rank and step: its arrivals minus the median arrival of the other ranks, summed over the step."""
+    R = arrivals.shape[0]
     late = np.zeros((R, n_steps))
     for i in range(R):
         late[i] = _per_step(arrivals[i] - np.median(np.delete(arrivals, i, axis=0), axis=0), step_idx, n_steps)
-    median_step = _median(wall)
-    threshold = max(STRAGGLER_MIN_US, STRAGGLER_STEP_SHARE * median_step)
-    med_late = np.median(late, axis=1)
-    latest = np.argmax(late, axis=0)
-    last_share = np.bincount(latest, minlength=R) / max(n_steps, 1)
+    return late
 
-    parts = {
-        key: np.array([[st.parts[f"{key}_us"] for st in steps[k]] for k in ranks])
-        for key in ("collective", "exposed", "compute", "host", "data", "compile")
-    }
+
+@dataclass
+class _RankTiming:
+    """Per rank (rows) and step (columns): what the per-rank table takes medians of."""
+
+    wall: np.ndarray
+    wait: np.ndarray
+    parts: dict[str, np.ndarray]
+    med_late: np.ndarray
+    last_count: np.ndarray
+    collectives: int
+
+
+def _rank_rows(
+    ranks: list[int],
+    per_rank: dict[int, dict[tuple[int, int], RankRun]],
+    keys: list[tuple[int, int]],
+    n_steps: int,
+    t: _RankTiming,
+    clock: dict[str, Any],
+) -> list[RankRow]:
+    """The per-rank table: identity from the rank's runs, medians over the steps of its times."""
+    C, parts = t.collectives, t.parts
     rows = []
     for i, k in enumerate(ranks):
         rs = [per_rank[k][key] for key in keys]
@@ -669,28 +424,36 @@ def _compare(
                 path=None if origin is None else str(origin),
                 runs=len(rs),
                 steps=n_steps,
-                step_p50_us=_median(wall[i]),
-                step_max_us=float(wall[i].max()),
+                step_p50_us=_median(t.wall[i]),
+                step_max_us=float(t.wall[i].max()),
                 device_busy_pct=float(np.average(busy, weights=windows)) if busy else 0.0,
                 collective_us=_median(parts["collective"][i]),
-                collective_wait_us=_median(wait[i]),
+                collective_wait_us=_median(t.wait[i]),
                 compute_us=_median(parts["compute"][i]),
                 host_us=_median(parts["host"][i]),
                 data_us=_median(parts["data"][i]),
                 compile_us=_median(parts["compile"][i]),
-                late_us=float(med_late[i]),
-                last_arrival_pct=round(100.0 * float(last_count[i]) / C, 2) if C else 0.0,
+                late_us=float(t.med_late[i]),
+                last_arrival_pct=round(100.0 * float(t.last_count[i]) / C, 2) if C else 0.0,
                 clock_offset_us=clock["offsets_us"].get(k) if C else None,
                 exposed_us=_median(parts["exposed"][i]),
             )
         )
+    return rows
 
-    straggler = None
-    cand = int(np.argmax(med_late))
-    noise, required, consistent = _noise(arrivals, step_idx, n_steps, cand, late[cand], threshold)
-    if last_share[cand] >= STRAGGLER_LAST_SHARE and med_late[cand] >= required and consistent:
-        straggler = _straggler(ranks, cand, med_late, last_share, parts, wait, median_step, threshold)
-    step_rows = tuple(
+
+def _step_rows(
+    ranks: list[int],
+    steps: dict[int, list[_Step]],
+    wall: np.ndarray,
+    late: np.ndarray,
+    latest: np.ndarray,
+    step_idx: np.ndarray,
+    C: int,
+) -> tuple[StepRow, ...]:
+    """One row per step across ranks: wall time and lateness on each, who arrived last."""
+    R = len(ranks)
+    return tuple(
         StepRow(
             key=steps[ranks[0]][si].key,
             wall_us={k: float(wall[i, si]) for i, k in enumerate(ranks)},
@@ -698,12 +461,16 @@ def _compare(
             last_rank=int(ranks[int(latest[si])]) if R else None,
             collectives=int((step_idx == si).sum()) if C else 0,
         )
-        for si in range(n_steps)
+        for si in range(len(steps[ranks[0]]))
     )
-    first = runs[0]
-    medians = np.median(wall, axis=1)
-    sources = sorted({str((r.profile or {}).get("collective_events", "none")) for r in runs})
-    lanes = {
+
+
+def _lanes(
+    ranks: list[int], steps: dict[int, list[_Step]], delta: np.ndarray, S: np.ndarray, E: np.ndarray, kind_of: list[str]
+) -> dict[int, dict[str, Any]]:
+    """For the HTML lane view: each rank's steps and collectives on the aligned clock."""
+    C = S.shape[1]
+    return {
         k: {
             "steps": [(st.start_ns - int(delta[i]), st.end_ns - int(delta[i])) for st in steps[k]],
             "collectives": (
@@ -717,24 +484,6 @@ def _compare(
         }
         for i, k in enumerate(ranks)
     }
-    return RankComparison(
-        job_id=first.job_id,
-        name=name,
-        world_size=first.world_size,
-        ranks=tuple(rows),
-        steps=step_rows,
-        straggler=straggler,
-        clock=clock,
-        step_skew=float(medians.max() / median_step) if median_step > 0 else 1.0,
-        collectives=C,
-        collective_events="+".join(s for s in sources if s != "none") or "none",
-        threshold_us=threshold,
-        noise_us=noise,
-        required_us=required,
-        warnings=tuple(warnings),
-        other_names=other_names,
-        lanes=lanes,
-    )
 
 
 def _per_step(values: np.ndarray, step_idx: np.ndarray, n_steps: int) -> np.ndarray:

@@ -9,12 +9,14 @@ the op around it, no shapes recorded, or no model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .kernel_classes import outside_ops_reason
-from .work import OpCost, OpWork, call_size_class, is_modelled, no_model_reason, op_cost
+from .work import OpWork, call_size_class
+from .work_models import OpCost, is_modelled, no_model_reason, op_cost
 
 if TYPE_CHECKING:
     from ..trace.model import Trace
@@ -33,9 +35,28 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
     ops = tree.alive & ~tree.is_region if m else np.zeros(0, dtype=bool)
     cand = np.flatnonzero(ops & modelled_name[tree.name]) if m else np.zeros(0, dtype=np.int64)
 
-    # 1. the cost of each candidate call, once per distinct (op, recorded signature)
+    costs, cost_of = _call_costs(trace, tree, cand)
+    ok_cost = np.array([isinstance(c, OpCost) for c in costs] + [False], dtype=bool)
+    ok = ok_cost[cost_of]  # cost_of == -1 reads the sentinel (False)
+
+    around = _outermost_modelled(tree, ok)
+    carrier = ok & (around < 0) & ops
+
+    row_key = paths.of * n_names + tree.name if m else np.zeros(0, dtype=np.int64)
+    works: dict[int, dict[str, Any]] = {}
+    _carrier_work(works, np.flatnonzero(carrier), row_key, cost_of, costs, times)
+
+    # 4. every other call: why it carries no work here
+    _reasons(works, np.flatnonzero(ops & ~carrier), row_key, cost_of, around, tree, names, modelled_name, costs)
+    _onto_rows(by_path, works, names)
+
+
+def _call_costs(trace: Trace, tree: Any, cand: np.ndarray) -> tuple[list[OpCost | str], np.ndarray]:
+    """1. the cost of each candidate call, once per distinct (op, recorded signature): the costs
+    (or why not), and each node's cost index (-1: none)."""
+    names = trace.names
     costs: list[OpCost | str] = []
-    cost_of = np.full(m, -1, dtype=np.int64)
+    cost_of = np.full(tree.size, -1, dtype=np.int64)
     seen: dict[tuple[int, int], int] = {}
     inputs = trace.inputs
     for node, pos, nid in zip(cand.tolist(), tree.idx[cand].tolist(), tree.name[cand].tolist()):
@@ -48,69 +69,77 @@ def attach_work(by_path: dict[int, list[tuple]], trace: Trace, tree: Any, times:
             j = seen[key] = len(costs)
             costs.append(op_cost(names[nid], rec[0], rec[1], rec[2] if len(rec) > 2 else None))
         cost_of[node] = j
-    ok_cost = np.array([isinstance(c, OpCost) for c in costs] + [False], dtype=bool)
-    flops_c = np.array([c.flops if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
-    bytes_c = np.array([c.bytes if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
-    ok = ok_cost[cost_of]  # cost_of == -1 reads the sentinel (False)
+    return costs, cost_of
 
-    # 2. the outermost modelled call around each call (-1: none), level by level from the roots
+
+def _outermost_modelled(tree: Any, ok: np.ndarray) -> np.ndarray:
+    """2. the outermost modelled call around each call (-1: none), level by level from the roots."""
+    m = tree.size
     around = np.full(m, -1, dtype=np.int64)
     has_parent = tree.has_parent() if m else np.zeros(0, dtype=bool)
     for d in range(1, tree.deepest() + 1):
         level = np.flatnonzero((tree.depth == d) & has_parent)
         p = tree.parent[level]
         around[level] = np.where(around[p] >= 0, around[p], np.where(ok[p], p, -1))
-    carrier = ok & (around < 0) & ops
+    return around
 
-    row_key = paths.of * n_names + tree.name if m else np.zeros(0, dtype=np.int64)
-    works: dict[int, dict[str, Any]] = {}
 
-    # 3. carriers: their work and inclusive device time, per row and per roof
-    c_idx = np.flatnonzero(carrier)
-    if c_idx.size:
-        keys = row_key[c_idx]
-        ci = cost_of[c_idx]
-        uniq, inv = np.unique(keys, return_inverse=True)
-        inv = inv.reshape(-1)
-        k = uniq.size
-        calls = np.bincount(inv, minlength=k)
-        fl = np.bincount(inv, weights=flops_c[ci], minlength=k)
-        by = np.bincount(inv, weights=bytes_c[ci], minlength=k)
-        tm = np.bincount(inv, weights=times.total_dev[c_idx].astype(np.float64), minlength=k)
-        for j, key in enumerate(uniq.tolist()):
-            works[key] = {
-                **_empty(),
-                "calls": int(calls[j]),
-                "flops": float(fl[j]),
-                "bytes": float(by[j]),
-                "time_us": float(tm[j]) / 1e3,
-            }
-        # per (row, distinct cost): its roof and the size of one call (a CPU's cache level)
-        n_costs = len(costs) + 1
-        pu, pinv = np.unique(inv * n_costs + ci, return_inverse=True)
-        pinv = pinv.reshape(-1)
-        pf = np.bincount(pinv, weights=flops_c[ci], minlength=pu.size)
-        pb = np.bincount(pinv, weights=bytes_c[ci], minlength=pu.size)
-        for j, p in enumerate(pu.tolist()):
-            row, c = divmod(p, n_costs)
-            w, cost = works[int(uniq[row])], costs[c]
-            assert isinstance(cost, OpCost)
-            w["flops_by_roof"][cost.roof_key] = w["flops_by_roof"].get(cost.roof_key, 0.0) + float(pf[j])
-            w["bytes_by_roof"][cost.roof_key] = w["bytes_by_roof"].get(cost.roof_key, 0.0) + float(pb[j])
-            if cost.bytes > 0:
-                size = call_size_class(cost.bytes)
-                had, largest = w["bytes_by_call_size"].get(size, (0.0, 0.0))
-                w["bytes_by_call_size"][size] = (had + float(pb[j]), max(largest, cost.bytes))
-        _, first = np.unique(inv, return_index=True)  # each row's first call names its family
-        for j, c in enumerate(ci[first].tolist()):
-            cost = costs[c]
-            assert isinstance(cost, OpCost)
-            works[int(uniq[j])]["family"] = cost.family
+def _carrier_work(
+    works: dict[int, dict[str, Any]],
+    c_idx: np.ndarray,
+    row_key: np.ndarray,
+    cost_of: np.ndarray,
+    costs: list[OpCost | str],
+    times: Any,
+) -> None:
+    """3. carriers: their work and inclusive device time, per row and per roof (into ``works``)."""
+    if not c_idx.size:
+        return
+    flops_c = np.array([c.flops if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
+    bytes_c = np.array([c.bytes if isinstance(c, OpCost) else 0.0 for c in costs] + [0.0])
+    keys = row_key[c_idx]
+    ci = cost_of[c_idx]
+    uniq, inv = np.unique(keys, return_inverse=True)
+    inv = inv.reshape(-1)
+    k = uniq.size
+    calls = np.bincount(inv, minlength=k)
+    fl = np.bincount(inv, weights=flops_c[ci], minlength=k)
+    by = np.bincount(inv, weights=bytes_c[ci], minlength=k)
+    tm = np.bincount(inv, weights=times.total_dev[c_idx].astype(np.float64), minlength=k)
+    for j, key in enumerate(uniq.tolist()):
+        works[key] = {
+            **_empty(),
+            "calls": int(calls[j]),
+            "flops": float(fl[j]),
+            "bytes": float(by[j]),
+            "time_us": float(tm[j]) / 1e3,
+        }
+    # per (row, distinct cost): its roof and the size of one call (a CPU's cache level)
+    n_costs = len(costs) + 1
+    pu, pinv = np.unique(inv * n_costs + ci, return_inverse=True)
+    pinv = pinv.reshape(-1)
+    pf = np.bincount(pinv, weights=flops_c[ci], minlength=pu.size)
+    pb = np.bincount(pinv, weights=bytes_c[ci], minlength=pu.size)
+    for j, p in enumerate(pu.tolist()):
+        row, c = divmod(p, n_costs)
+        w, cost = works[int(uniq[row])], costs[c]
+        assert isinstance(cost, OpCost)
+        w["flops_by_roof"][cost.roof_key] = w["flops_by_roof"].get(cost.roof_key, 0.0) + float(pf[j])
+        w["bytes_by_roof"][cost.roof_key] = w["bytes_by_roof"].get(cost.roof_key, 0.0) + float(pb[j])
+        if cost.bytes > 0:
+            size = call_size_class(cost.bytes)
+            had, largest = w["bytes_by_call_size"].get(size, (0.0, 0.0))
+            w["bytes_by_call_size"][size] = (had + float(pb[j]), max(largest, cost.bytes))
+    _, first = np.unique(inv, return_index=True)  # each row's first call names its family
+    for j, c in enumerate(ci[first].tolist()):
+        cost = costs[c]
+        assert isinstance(cost, OpCost)
+        works[int(uniq[j])]["family"] = cost.family
 
-    # 4. every other call: why it carries no work here
-    _reasons(works, np.flatnonzero(ops & ~carrier), row_key, cost_of, around, tree, names, modelled_name, costs)
 
-    # 5. onto the rows; an op without a model says so
+def _onto_rows(by_path: dict[int, list[tuple]], works: dict[int, dict[str, Any]], names: Sequence[str]) -> None:
+    """5. onto the rows; an op without a model says so."""
+    n_names = max(len(names), 1)
     name_ids = {n: i for i, n in enumerate(names)}
     for path_id, rows in by_path.items():
         for i, row in enumerate(rows):

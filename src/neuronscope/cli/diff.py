@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._common import JSON_SCHEMA_VERSION, emit_json, load_source, source_json, top_option
 from ._group import EXIT_FAILURE, cli
+
+if TYPE_CHECKING:
+    from ..analysis.diff import Explanation, MemoryExplanation, Normalisation, Regression, SummaryDiff
+    from ..report.sources import Source
 
 
 @cli.command("diff")
@@ -97,6 +101,20 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
     src_a, src_b = load_source(a), load_source(b)
     basis = choose_basis(run_extent(src_a), run_extent(src_b))  # like with like: per step, per recorded s, or totals
     d = diff_summaries(src_a.summary, src_b.summary, normalised=basis)
+    _check_gated_ops(d, ops)
+    regressions = d.regressions(fail_pct, ops) if fail_pct is not None else []
+    explanation, memory = _explanations(src_a, src_b, basis)
+    if as_json:
+        emit_json(_diff_json(src_a, src_b, d, top, explanation, memory, fail_pct, ops, basis, regressions))
+    else:
+        _print_diff(src_a, src_b, d, top, by_region, explanation, memory, basis)
+    if fail_pct is None:
+        return 0
+    return _report_gate(fail_pct, ops, basis, regressions)
+
+
+def _check_gated_ops(d: SummaryDiff, ops: tuple[str, ...]) -> None:
+    """Every --op must name an op of A or B."""
     missing = [name for name in ops if name not in d]
     if missing:
         examples = ", ".join(o.name for o in d.ops[:5])
@@ -104,7 +122,10 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
             f"{', '.join(repr(m) for m in missing)} is in neither A nor B (ops include: {examples})",
             param_hint="'--op'",
         )
-    regressions = d.regressions(fail_pct, ops) if fail_pct is not None else []
+
+
+def _explanations(src_a: Source, src_b: Source, basis: Normalisation) -> tuple[Explanation | None, MemoryExplanation | None]:
+    """Why the wall time changed (both runs diagnosed) and the memory peak (both ran memory=True)."""
     explanation = None
     if src_a.diagnosis is not None and src_b.diagnosis is not None:
         from ..analysis.diff import explain_diff
@@ -116,58 +137,85 @@ def diff(a: str, b: str, top: int, by_region: bool, as_json: bool, fail_pct: flo
         from ..analysis.diff import explain_memory_diff
 
         memory = explain_memory_diff(src_a.memory, src_b.memory)
+    return explanation, memory
 
-    if as_json:
-        data: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "a": source_json(src_a), "b": source_json(src_b)}
-        full = d.to_dict()
-        full.pop("schema_version")
-        data.update(full)
-        data["op_count"] = len(d.ops)
-        data["top"] = top
-        data["ops"] = data["ops"][:top] if top else data["ops"]
-        data["explanation"] = explanation.to_dict() if explanation is not None else None
-        data["memory"] = memory.to_dict() if memory is not None else None
-        data["gate"] = (
-            None
-            if fail_pct is None
-            else {
-                "fail_if_slower_pct": fail_pct,
-                "ops": list(ops),
-                "basis": basis.basis,  # the gate compares the normalised figures
-                "passed": not regressions,
-                "regressions": [r.to_dict() for r in regressions],
-            }
-        )
-        emit_json(data)
-    else:
-        from ..report.terminal import diff_renderable, make_console
 
-        console = make_console()
-        labels = (f"{src_a.label}  {src_a.path or ''}".rstrip(), f"{src_b.label}  {src_b.path or ''}".rstrip())
-        console.print(diff_renderable(d, console, top=top or None, by_region=by_region, labels=labels))
-        if explanation is not None:
-            console.print()
-            per = f", {basis.figures_label}" if basis.figures_label else ""
-            console.print(f"[bold]Why:[/bold] where the wall time went (busy time by op, idle time by class{per})")
-            for line in explanation.lines(top=top or 8, labels=d.labels):
-                console.print(line, markup=False, soft_wrap=True)
-        if memory is not None:
-            console.print()
-            console.print("[bold]Memory:[/bold] what each op/region held at the peak")
-            for line in memory.lines(top=top or 8):
-                console.print(line, markup=False, soft_wrap=True)
-    if fail_pct is not None:
-        err = make_err_console()
-        if regressions:
-            how = f" ({basis.reason()})" if basis.basis != "total" else ""
-            for r in regressions:
-                err.print(
-                    f"FAIL: {r.describe()} is more than {fail_pct:g}% slower{how}", style="red", markup=False, soft_wrap=True
-                )
-            return EXIT_FAILURE
-        checked = "total device time" + (f" and {', '.join(ops)}" if ops else "")
+def _diff_json(
+    src_a: Source,
+    src_b: Source,
+    d: SummaryDiff,
+    top: int,
+    explanation: Explanation | None,
+    memory: MemoryExplanation | None,
+    fail_pct: float | None,
+    ops: tuple[str, ...],
+    basis: Normalisation,
+    regressions: list[Regression],
+) -> dict[str, Any]:
+    """The --json document (the schema in diff's help)."""
+    data: dict[str, Any] = {"schema_version": JSON_SCHEMA_VERSION, "a": source_json(src_a), "b": source_json(src_b)}
+    full = d.to_dict()
+    full.pop("schema_version")
+    data.update(full)
+    data["op_count"] = len(d.ops)
+    data["top"] = top
+    data["ops"] = data["ops"][:top] if top else data["ops"]
+    data["explanation"] = explanation.to_dict() if explanation is not None else None
+    data["memory"] = memory.to_dict() if memory is not None else None
+    data["gate"] = (
+        None
+        if fail_pct is None
+        else {
+            "fail_if_slower_pct": fail_pct,
+            "ops": list(ops),
+            "basis": basis.basis,  # the gate compares the normalised figures
+            "passed": not regressions,
+            "regressions": [r.to_dict() for r in regressions],
+        }
+    )
+    return data
+
+
+def _print_diff(
+    src_a: Source,
+    src_b: Source,
+    d: SummaryDiff,
+    top: int,
+    by_region: bool,
+    explanation: Explanation | None,
+    memory: MemoryExplanation | None,
+    basis: Normalisation,
+) -> None:
+    """The tables, then why the wall time changed and what held the memory peak."""
+    from ..report.terminal import diff_renderable, make_console
+
+    console = make_console()
+    labels = (f"{src_a.label}  {src_a.path or ''}".rstrip(), f"{src_b.label}  {src_b.path or ''}".rstrip())
+    console.print(diff_renderable(d, console, top=top or None, by_region=by_region, labels=labels))
+    if explanation is not None:
+        console.print()
+        per = f", {basis.figures_label}" if basis.figures_label else ""
+        console.print(f"[bold]Why:[/bold] where the wall time went (busy time by op, idle time by class{per})")
+        for line in explanation.lines(top=top or 8, labels=d.labels):
+            console.print(line, markup=False, soft_wrap=True)
+    if memory is not None:
+        console.print()
+        console.print("[bold]Memory:[/bold] what each op/region held at the peak")
+        for line in memory.lines(top=top or 8):
+            console.print(line, markup=False, soft_wrap=True)
+
+
+def _report_gate(fail_pct: float, ops: tuple[str, ...], basis: Normalisation, regressions: list[Regression]) -> int:
+    """The gate's verdict on stderr: each regression (exit 1), or OK (exit 0)."""
+    err = make_err_console()
+    if regressions:
         how = f" ({basis.reason()})" if basis.basis != "total" else ""
-        err.print(f"OK: {checked} within {fail_pct:g}% of A{how}", style="green", markup=False, soft_wrap=True)
+        for r in regressions:
+            err.print(f"FAIL: {r.describe()} is more than {fail_pct:g}% slower{how}", style="red", markup=False, soft_wrap=True)
+        return EXIT_FAILURE
+    checked = "total device time" + (f" and {', '.join(ops)}" if ops else "")
+    how = f" ({basis.reason()})" if basis.basis != "total" else ""
+    err.print(f"OK: {checked} within {fail_pct:g}% of A{how}", style="green", markup=False, soft_wrap=True)
     return 0
 
 

@@ -12,7 +12,6 @@ profile has been summarised.
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 import os
 import runpy
@@ -30,6 +29,8 @@ from ._group import EXIT_FAILURE, Failure, cli
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..capture.budget import Windows
 
 _DEVICES = ("auto", "neuron", "cuda", "cpu")
 #: a script that runs longer is profiled in windows of this many seconds, folded into one run
@@ -256,33 +257,22 @@ def run(
     if not as_module and Path(target).is_file() and not _compiles(target):
         return EXIT_FAILURE  # nothing would run: no profile, no empty run directory
     if neuron_inspect:
-        return _run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
-    if no_windows and (window_steps or window_seconds or overhead):
-        raise click.UsageError("--no-windows with --window-steps/--window-seconds/--overhead: choose one")
-    windows = None
-    if not no_windows:
-        seconds = window_seconds if window_seconds is not None else (None if window_steps else DEFAULT_WINDOW_SECONDS)
-        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep, overhead=overhead)
-    try:
-        # all_threads: the whole program, and profiles the script opens on any thread nest into it
-        # torch records no allocator records when it profiles all threads (torch 2.x), so with
-        # --memory the profile follows the script's main thread only
-        profile = ns.profile_neuron(
-            name=name,
-            output_dir=output_dir,
-            device=device,
-            all_threads=memory is None,
-            memory={"on": True, "history": "history"}.get(memory or "", False),
-            windows=windows,
-            max_events=max_events,
-            max_seconds=duration,
-            max_steps=max_steps,
-            record_shapes=record_shapes,
-            with_stack=with_stack,
-        )
-    except ns.DeviceUnavailableError as exc:
-        raise Failure(f"--device {device}: {exc}") from exc
+        from ._neuron_inspect import run_neuron_inspect
 
+        return run_neuron_inspect(target, as_module, list(script_args), name, output_dir)
+    windows = _windows(no_windows, window_steps, window_seconds, keep, overhead)
+    profile = _script_profile(
+        name,
+        output_dir,
+        device,
+        memory,
+        windows,
+        max_events=max_events,
+        max_seconds=duration,
+        max_steps=max_steps,
+        record_shapes=record_shapes,
+        with_stack=with_stack,
+    )
     code, run_obj = _run_profiled(profile, target, argv0, as_module, list(script_args))
     if not quiet:
         _print_summary(run_obj, top, output_file, as_json=as_json)
@@ -293,124 +283,56 @@ def run(
     return code
 
 
-def _run_neuron_inspect(target: str, as_module: bool, args: list[str], name: str, output_dir: str | None) -> int:
-    """Environment-variable capture: the Neuron runtime records the whole child process.
+def _windows(
+    no_windows: bool, window_steps: int | None, window_seconds: float | None, keep: int, overhead: float | None
+) -> Windows | None:
+    """The windows a long script is profiled in (None: --no-windows, one profile however long)."""
+    import neuronscope as ns
 
-    No torch.profiler (the two must not be combined): the child gets NEURON_RT_INSPECT_*
-    pointing into a fresh run directory (system profile with CPU and host-memory samples,
-    session device profile; variables already set win). Its stderr is passed through as it
-    comes and scanned for the runtime's "Warning: N trace events were dropped". Afterwards
-    the raw files are found, paired and checked, Neuron Explorer summarises them when it is
-    installed, and the manifest lists it all with the Explorer commands.
-    """
-    import time
+    if no_windows and (window_steps or window_seconds or overhead):
+        raise click.UsageError("--no-windows with --window-steps/--window-seconds/--overhead: choose one")
+    windows = None
+    if not no_windows:
+        seconds = window_seconds if window_seconds is not None else (None if window_steps else DEFAULT_WINDOW_SECONDS)
+        windows = ns.Windows(steps=window_steps, seconds=seconds, keep=keep, overhead=overhead)
+    return windows
 
-    from .. import _config
-    from ..capture.devices.neuron_artifacts import find_artifacts, parse_dropped_events
-    from ..capture.devices.neuron_explorer import collect_explorer, explorer_notes
-    from ..sinks.rundir import base_manifest, create_run_dir, files_of, write_json
 
-    start_ns = time.time_ns()
+def _script_profile(
+    name: str,
+    output_dir: str | None,
+    device: str,
+    memory: str | None,
+    windows: Windows | None,
+    *,
+    max_events: int | None,
+    max_seconds: float | None,
+    max_steps: int | None,
+    record_shapes: bool,
+    with_stack: bool,
+) -> Any:
+    """The profile the script runs under."""
+    import neuronscope as ns
+
     try:
-        run_dir = create_run_dir(_config.current().resolved_output_dir(output_dir), name, start_ns, status="recording")
-    except OSError as exc:
-        raise Failure(f"--output-dir: cannot create a run directory ({exc.strerror or exc})") from exc
-    raw = run_dir / "neuron"
-    env = dict(os.environ)
-    env.update(
-        NEURON_RT_INSPECT_ENABLE="1",
-        NEURON_RT_INSPECT_OUTPUT_DIR=str(raw),
-        NEURON_RT_INSPECT_SYSTEM_PROFILE="1",
-        NEURON_RT_INSPECT_DEVICE_PROFILE=env.get("NEURON_RT_INSPECT_DEVICE_PROFILE", "session"),
-        # how-to-profile-workload.rst: these keep the system profile complete
-        NEURON_RT_INSPECT_CPU_UTIL=env.get("NEURON_RT_INSPECT_CPU_UTIL", "1"),
-        NEURON_RT_INSPECT_HOST_MEMORY=env.get("NEURON_RT_INSPECT_HOST_MEMORY", "1"),
-    )
-    cmd = [sys.executable, *(["-m", target] if as_module else [target]), *args]
-    code, child_stderr = _run_teeing_stderr(cmd, env)
-    artifacts = find_artifacts(raw, display_name=name, explorer_out=run_dir / "explorer")
-    explorer = collect_explorer(run_dir, artifacts)
-    warnings = artifacts.all_problems() + explorer.errors
-    neuron = artifacts.to_manifest() | {"explorer": explorer.to_manifest()}
-    neuron["inspect_env"] = {k: v for k, v in env.items() if k.startswith("NEURON_RT_INSPECT_")}
-    dropped = parse_dropped_events(child_stderr) or explorer.dropped
-    if dropped is not None:
-        neuron["dropped_events"] = dropped.to_dict()
-        warnings.append(
-            dropped.problem(
-                "raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC (default 1,000,000), filter with "
-                "NEURON_RT_INSPECT_EVENT_FILTER_NC / _TYPE, or profile a shorter run"
-            )
+        # all_threads: the whole program, and profiles the script opens on any thread nest into it
+        # torch records no allocator records when it profiles all threads (torch 2.x), so with
+        # --memory the profile follows the script's main thread only
+        return ns.profile_neuron(
+            name=name,
+            output_dir=output_dir,
+            device=device,
+            all_threads=memory is None,
+            memory={"on": True, "history": "history"}.get(memory or "", False),
+            windows=windows,
+            max_events=max_events,
+            max_seconds=max_seconds,
+            max_steps=max_steps,
+            record_shapes=record_shapes,
+            with_stack=with_stack,
         )
-    manifest = base_manifest(
-        name=name,
-        device="neuron",
-        status="complete",
-        capture="neuron-inspect",
-        start_ns=start_ns,
-        end_ns=time.time_ns(),
-        exit_code=code,
-        neuron=neuron,
-        warnings=warnings,
-        files=files_of(run_dir),
-    )
-    write_json(run_dir / "manifest.json", manifest)
-    click.echo(f"neuronscope: Neuron runtime capture in {run_dir}", err=True)
-    for problem in warnings:
-        click.echo(f"  warning: {problem}", err=True)
-    for note in [*artifacts.all_notes(), *explorer_notes(explorer)]:
-        click.echo(f"  {note}", err=True)
-    for command in artifacts.explorer_commands():
-        click.echo(f"  open in Neuron Explorer: {command}", err=True)
-    return code
-
-
-#: kept of the child's stderr for scanning: the lines that matter plus this much of the tail
-_STDERR_TAIL = 64 * 1024
-
-
-def _run_teeing_stderr(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Run ``cmd``; its stderr goes to ours chunk by chunk as it arrives (nothing held back,
-    order kept), and the text comes back for scanning: every line that mentions dropped
-    trace events, plus the last ``_STDERR_TAIL`` bytes."""
-    import subprocess
-    import threading
-
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
-    child_stderr = proc.stderr
-    assert isinstance(child_stderr, io.BufferedReader)  # stderr=PIPE, buffered: read1 returns what has arrived
-    kept: list[bytes] = []
-    tail = bytearray()
-    out = getattr(sys.stderr, "buffer", None)
-
-    def pump() -> None:
-        pending = b""
-        while chunk := child_stderr.read1(65536):
-            try:
-                if out is not None:
-                    out.write(chunk)
-                    out.flush()
-                else:
-                    sys.stderr.write(chunk.decode(errors="replace"))
-                    sys.stderr.flush()
-            except (OSError, ValueError):  # our stderr is gone: keep draining the child's
-                pass
-            *lines, pending = (pending + chunk).split(b"\n")
-            kept.extend(line for line in lines if b"trace events were dropped" in line)
-            tail.extend(chunk)
-            del tail[:-_STDERR_TAIL]
-        kept.append(pending)
-
-    reader = threading.Thread(target=pump, name="neuronscope-inspect-stderr", daemon=True)
-    reader.start()
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:  # Ctrl-C reached the child too; wait for it to finish
-            continue
-    reader.join(10)
-    return code, b"\n".join([*kept, bytes(tail)]).decode(errors="replace")
+    except ns.DeviceUnavailableError as exc:
+        raise Failure(f"--device {device}: {exc}") from exc
 
 
 def _resolve(script: str, as_module: bool) -> tuple[str, str, str]:

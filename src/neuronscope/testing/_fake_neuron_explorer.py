@@ -253,19 +253,7 @@ def _warn_dropped(capture: dict[str, int]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="neuron-explorer", description="neuronscope's stand-in for Neuron Explorer")
-    parser.add_argument("--version", action="store_true")
-    sub = parser.add_subparsers(dest="command")
-    view = sub.add_parser("view")
-    view.add_argument("-d", "--session-dir", "--directory", dest="directory")
-    view.add_argument("-n", "--neff-path", dest="neff")
-    view.add_argument("-s", "--session-file", dest="ntff")
-    view.add_argument("--output-format", default=None)
-    view.add_argument("--output-file", default=None)
-    view.add_argument("--ingest-only", action="store_true")
-    view.add_argument("--display-name", default=None)
-    view.add_argument("--ignore-device-profile", action="store_true")
-    view.add_argument("--ignore-system-profile", action="store_true")
+    parser = _parser()
     args, _unknown = parser.parse_known_args(argv)
     if args.version:
         print(f"neuron-explorer {VERSION}")
@@ -297,37 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(_env.FAKE_EXPLORER_SUMMARY.get())  # a copy: the default is shared
     schema = _env.FAKE_EXPLORER_SCHEMA.get()
     if fmt == "summary-json":
-        profiles = (
-            {}
-            if args.ignore_device_profile
-            else {name: _summary(p, schema, overrides) for name, p in _device_profiles(root, neff, ntff)}
-        )
-        text = json.dumps(profiles, indent=2)
-        if args.output_file:
-            Path(args.output_file).write_text(text)
-        else:
-            print(text)
-        return 0
+        return _write_summary_json(args, root, neff, ntff, schema, overrides)
     if fmt in ("json", "perfetto"):
-        assert root is not None
-        events, _ = ([], {}) if args.ignore_system_profile else _ntrace(root)
-        events += [] if args.ignore_system_profile else _framework_events(root, len(events) + 1)
-        mem, cpu = ([], []) if args.ignore_system_profile else _samples(root)
-        out = Path(args.output_file) if args.output_file else Path.cwd() / "system_profile.json"
-        out_dir = out.parent
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if fmt == "perfetto":
-            (out if args.output_file else out_dir / "system_profile.pftrace").write_bytes(b"")  # placeholder
-            return 0
-        target = out if out.name == "system_profile.json" else out_dir / "system_profile.json"
-        target.write_text(json.dumps({"trace_events": events, "mem_usage": mem, "cpu_util": cpu}))
-        if not args.ignore_device_profile:
-            for name, p in _device_profiles(root, neff, ntff):
-                model_id = name.split("/")[-1].removeprefix("neff_")
-                (out_dir / f"device_profile_model_{model_id}.json").write_text(
-                    json.dumps({"summary": _summary(p, schema, overrides)})  # real contents undocumented
-                )
-        return 0
+        return _write_system_profile(args, fmt, root, neff, ntff, schema, overrides)
     if fmt in ("summary-text", "parquet"):
         for name, p in _device_profiles(root, neff, ntff):
             s = _summary(p, schema, overrides)
@@ -335,6 +295,72 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _log("ERRO", f"unknown --output-format {fmt!r}")
     return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    """``neuron-explorer [--version] view ...``: the options neuronscope passes."""
+    parser = argparse.ArgumentParser(prog="neuron-explorer", description="neuronscope's stand-in for Neuron Explorer")
+    parser.add_argument("--version", action="store_true")
+    sub = parser.add_subparsers(dest="command")
+    view = sub.add_parser("view")
+    view.add_argument("-d", "--session-dir", "--directory", dest="directory")
+    view.add_argument("-n", "--neff-path", dest="neff")
+    view.add_argument("-s", "--session-file", dest="ntff")
+    view.add_argument("--output-format", default=None)
+    view.add_argument("--output-file", default=None)
+    view.add_argument("--ingest-only", action="store_true")
+    view.add_argument("--display-name", default=None)
+    view.add_argument("--ignore-device-profile", action="store_true")
+    view.add_argument("--ignore-system-profile", action="store_true")
+    return parser
+
+
+def _write_summary_json(
+    args: argparse.Namespace, root: Path | None, neff: Path | None, ntff: Path | None, schema: str, overrides: dict[str, Any]
+) -> int:
+    """``--output-format summary-json``: each device profile's summary, to the file or stdout."""
+    profiles = (
+        {}
+        if args.ignore_device_profile
+        else {name: _summary(p, schema, overrides) for name, p in _device_profiles(root, neff, ntff)}
+    )
+    text = json.dumps(profiles, indent=2)
+    if args.output_file:
+        Path(args.output_file).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+def _write_system_profile(
+    args: argparse.Namespace,
+    fmt: str,
+    root: Path | None,
+    neff: Path | None,
+    ntff: Path | None,
+    schema: str,
+    overrides: dict[str, Any],
+) -> int:
+    """``--output-format json`` / ``perfetto``: the system profile, and a file per device profile."""
+    assert root is not None
+    events, _ = ([], {}) if args.ignore_system_profile else _ntrace(root)
+    events += [] if args.ignore_system_profile else _framework_events(root, len(events) + 1)
+    mem, cpu = ([], []) if args.ignore_system_profile else _samples(root)
+    out = Path(args.output_file) if args.output_file else Path.cwd() / "system_profile.json"
+    out_dir = out.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if fmt == "perfetto":
+        (out if args.output_file else out_dir / "system_profile.pftrace").write_bytes(b"")  # placeholder
+        return 0
+    target = out if out.name == "system_profile.json" else out_dir / "system_profile.json"
+    target.write_text(json.dumps({"trace_events": events, "mem_usage": mem, "cpu_util": cpu}))
+    if not args.ignore_device_profile:
+        for name, p in _device_profiles(root, neff, ntff):
+            model_id = name.split("/")[-1].removeprefix("neff_")
+            (out_dir / f"device_profile_model_{model_id}.json").write_text(
+                json.dumps({"summary": _summary(p, schema, overrides)})  # real contents undocumented
+            )
+    return 0
 
 
 if __name__ == "__main__":

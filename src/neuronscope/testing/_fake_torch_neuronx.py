@@ -110,7 +110,6 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
     uses it to find the directory the emulated runtime last wrote to.
     """
     import torch
-    from torch._C._profiler import _ExperimentalConfig
 
     pkg = types.ModuleType(
         "torch_neuronx",
@@ -134,6 +133,30 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
         RUNTIME = "runtime"
         CPU_UTIL = "cpu_util"
         HOST_MEMORY = "host_memory"
+
+    NeuronConfig = _neuron_config_class(emu, ProfileMode)
+    NeuronProfiler = _neuron_profiler_class(emu, NeuronConfig)
+
+    def synchronize(device: Any = None) -> None:
+        """Wait for the Neuron device (no-op on the emulator)."""
+        torch.neuron.synchronize(device)
+
+    for obj in (ProfileMode, NeuronConfig, NeuronProfiler):
+        obj.__module__ = prof_mod.__name__
+        setattr(prof_mod, obj.__name__, obj)
+    synchronize.__module__ = pkg.__name__
+    pkg.synchronize = synchronize
+    pkg.profiling = prof_mod
+    pkg.__version__ = "0.0.0+neuronscope.emulator"
+    for mod in (pkg, prof_mod):
+        setattr(mod, EMULATOR_MARKER, True)
+        mod.__file__ = __file__
+    return pkg, prof_mod
+
+
+def _neuron_config_class(emu: Any, ProfileMode: Any) -> type:
+    """``torch_neuronx.profiling.NeuronConfig``, built per emulator (its sessions are ``emu``'s)."""
+    from torch._C._profiler import _ExperimentalConfig
 
     class NeuronConfig(_ExperimentalConfig):
         """Neuron profiling options, passed as ``experimental_config=``.
@@ -207,6 +230,13 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
                 f"capture_enabled_for_nc={self.capture_enabled_for_nc!r})"
             )
 
+    return NeuronConfig
+
+
+def _neuron_profiler_class(emu: Any, NeuronConfig: Any) -> type:
+    """``torch_neuronx.profiling.NeuronProfiler``, built per emulator."""
+    import torch
+
     class NeuronProfiler:
         """Exports the framework trace next to the runtime's raw files.
 
@@ -248,21 +278,7 @@ def make_torch_neuronx(emu: Any) -> tuple[types.ModuleType, types.ModuleType]:
             kwargs.setdefault("on_trace_ready", self.export_trace)
             return torch.profiler.profile(**kwargs)
 
-    def synchronize(device: Any = None) -> None:
-        """Wait for the Neuron device (no-op on the emulator)."""
-        torch.neuron.synchronize(device)
-
-    for obj in (ProfileMode, NeuronConfig, NeuronProfiler):
-        obj.__module__ = prof_mod.__name__
-        setattr(prof_mod, obj.__name__, obj)
-    synchronize.__module__ = pkg.__name__
-    pkg.synchronize = synchronize
-    pkg.profiling = prof_mod
-    pkg.__version__ = "0.0.0+neuronscope.emulator"
-    for mod in (pkg, prof_mod):
-        setattr(mod, EMULATOR_MARKER, True)
-        mod.__file__ = __file__
-    return pkg, prof_mod
+    return NeuronProfiler
 
 
 def install_modules(emu: Any) -> bool:

@@ -334,7 +334,7 @@ def _wait_text(tl: Any, call: int) -> str:
     the call's time into the window)."""
     import numpy as np
 
-    from .timeline import source_of
+    from .locations import source_of
 
     trace = tl.trace
     name = trace.names[int(trace.name_id[call])]

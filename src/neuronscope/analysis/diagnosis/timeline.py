@@ -36,7 +36,6 @@ Everything is vectorised over the gaps (a 400k-event CPU profile has ~10^5 of th
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +43,6 @@ import numpy as np
 
 from ...trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, EventKind
 from ...trace.model import Trace
-from ..callsite import frame_line, with_line
 from ..intervals import clip, complement, overlap_with, subtract, union
 from .categories import (
     ASYNC_COPY,
@@ -56,6 +54,7 @@ from .categories import (
     is_data,
     user_frame,
 )
+from .locations import PythonIndex, call_site
 
 __all__ = ["CLASS_INDEX", "Timeline", "blocking_calls", "build_timeline"]
 
@@ -155,18 +154,13 @@ def build_timeline(
     threshold_us: float = 50.0,
     facts: dict[str, Any] | None = None,
 ) -> Timeline:
+    """The busy/idle timeline of the run window, each gap split at its launch and classified."""
     kind = trace.kind
     end = trace.start_ns + trace.duration_ns
     lo, hi = _window(trace, serial)
     threshold_ns = int(threshold_us * 1000)
     is_op = kind == EventKind.OP
-    # main thread: the CPU thread with the most op time
-    op_threads = trace.thread[is_op]
-    if op_threads.size:
-        threads, inv = np.unique(op_threads, return_inverse=True)
-        main = int(threads[np.argmax(np.bincount(inv.reshape(-1), weights=trace.duration_ns[is_op]))])
-    else:
-        main = int(trace.thread[0]) if len(trace) else 0
+    main = _main_thread(trace, is_op)
     device_events = np.flatnonzero(kind == EventKind.DEVICE)
     device_mode = trace.device != "cpu"
     host_threads = [main]
@@ -178,35 +172,13 @@ def build_timeline(
     top = mine[_top_level(trace.start_ns[mine], end[mine])] if mine.size else mine
     top = top[np.argsort(trace.start_ns[top], kind="stable")]
 
-    # host-side category intervals
-    host_mask = np.isin(trace.thread, host_threads)
-    cpu_side = np.isin(kind, [EventKind.OP, EventKind.REGION, EventKind.RUNTIME, EventKind.PYTHON]) & host_mask
-    comp = cpu_side & trace.name_mask(is_compile)
-    data = cpu_side & trace.name_mask(is_data)
-    cs, ce = union(trace.start_ns[comp], end[comp])
-    ds, de = union(trace.start_ns[data], end[data])
-
-    if device_mode:
-        bs, be = union(trace.start_ns[device_events], end[device_events])
-    else:
-        bs, be = union(trace.start_ns[top], end[top])
-        # torch.compile runs aten ops itself while it traces (fake tensors, inductor): on a CPU
-        # run they would count as the model's busy time; compilation is idle time of its own
-        bs, be = subtract(bs, be, cs, ce)
+    cs, ce, ds, de = _category_intervals(trace, end, host_threads)
+    bs, be = _busy(trace, end, device_events if device_mode else None, top, cs, ce)
     bs, be = clip(bs, be, lo, hi)
     gs, ge = complement(bs, be, lo, hi)
 
-    # which top-level ops synchronise: value reads (``.item()``, ``nonzero``) by name, and any op
-    # holding a runtime call that blocked the host (not the polls: see blocking_calls)
-    top_is_sync = trace.name_mask(lambda n: n in SYNC_OPS)[top] if top.size else np.zeros(0, dtype=bool)
     blocking = blocking_calls(trace, end)
-    if blocking.size and top.size:
-        top_s, top_e = trace.start_ns[top], end[top]
-        i = np.searchsorted(top_s, trace.start_ns[blocking], side="right") - 1
-        ok = (i >= 0) & (trace.thread[blocking] == main)
-        i = i[ok]
-        inside = end[blocking[ok]] <= top_e[np.maximum(i, 0)]
-        top_is_sync[i[inside]] = True
+    top_is_sync = _sync_ops(trace, end, top, blocking, main)
 
     # device time under each top-level op (CPU run: the op's own time)
     if device_mode:
@@ -214,24 +186,9 @@ def build_timeline(
     else:
         top_dev = trace.duration_ns[top].copy()
 
-    # split each gap where its next device work was launched: host side before, device side after
-    split = _launch_moments(trace, device_events, end, gs, ge) if device_mode else ge.copy()
-    split = np.clip(split, gs, ge)
     blocked_s, blocked_e = _blocked(trace, blocking, end, host_threads)
-    hs, he = gs, split  # host pieces
-    # on a CPU there is no queue for a value read to drain: the time after .item() is host work
-    sync_top = top_is_sync if device_mode else np.zeros_like(top_is_sync)
-    cls = _host_classes(trace, hs, he, top, sync_top, end, threshold_ns, ds, de, cs, ce, blocked_s, blocked_e)
-    wait = np.full(gs.size, -1, dtype=np.int64)
-    if device_mode:
-        dev_cls, dev_wait = _device_classes(trace, bs, be, split, ge, threshold_ns, end, queued=split <= gs)
-        gs = np.concatenate((hs, split))
-        ge = np.concatenate((he, ge))
-        cls = np.concatenate((cls, dev_cls))
-        wait = np.concatenate((wait, dev_wait))
-        keep = ge > gs
-        order = np.argsort(gs[keep], kind="stable")
-        gs, ge, cls, wait = gs[keep][order], ge[keep][order], cls[keep][order], wait[keep][order]
+    gaps = _GapInputs(top, top_is_sync, threshold_ns, ds, de, cs, ce, blocked_s, blocked_e)
+    gs, ge, cls, wait = _classified_gaps(trace, end, device_events if device_mode else None, bs, be, gs, ge, gaps)
     return Timeline(
         trace=trace,
         mode="device" if device_mode else "cpu_main_thread",
@@ -257,6 +214,102 @@ def build_timeline(
         blocked_s=blocked_s,
         blocked_e=blocked_e,
     )
+
+
+def _main_thread(trace: Trace, is_op: np.ndarray) -> int:
+    """The CPU thread with the most op time (the first event's thread when there are no ops)."""
+    op_threads = trace.thread[is_op]
+    if op_threads.size:
+        threads, inv = np.unique(op_threads, return_inverse=True)
+        return int(threads[np.argmax(np.bincount(inv.reshape(-1), weights=trace.duration_ns[is_op]))])
+    return int(trace.thread[0]) if len(trace) else 0
+
+
+def _category_intervals(
+    trace: Trace, end: np.ndarray, host_threads: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The host-side compilation and data-loading intervals (compile starts, ends, data starts, ends)."""
+    kind = trace.kind
+    host_mask = np.isin(trace.thread, host_threads)
+    cpu_side = np.isin(kind, [EventKind.OP, EventKind.REGION, EventKind.RUNTIME, EventKind.PYTHON]) & host_mask
+    comp = cpu_side & trace.name_mask(is_compile)
+    data = cpu_side & trace.name_mask(is_data)
+    cs, ce = union(trace.start_ns[comp], end[comp])
+    ds, de = union(trace.start_ns[data], end[data])
+    return cs, ce, ds, de
+
+
+def _busy(
+    trace: Trace, end: np.ndarray, device_events: np.ndarray | None, top: np.ndarray, cs: np.ndarray, ce: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Busy intervals: the device events' union, or on a CPU run (no device events) the main thread's top-level ops'."""
+    if device_events is not None:
+        return union(trace.start_ns[device_events], end[device_events])
+    bs, be = union(trace.start_ns[top], end[top])
+    # torch.compile runs aten ops itself while it traces (fake tensors, inductor): on a CPU
+    # run they would count as the model's busy time; compilation is idle time of its own
+    return subtract(bs, be, cs, ce)
+
+
+def _sync_ops(trace: Trace, end: np.ndarray, top: np.ndarray, blocking: np.ndarray, main: int) -> np.ndarray:
+    """Which top-level ops synchronise: value reads (``.item()``, ``nonzero``) by name, and any op
+    holding a runtime call that blocked the host (not the polls: see blocking_calls)."""
+    top_is_sync = trace.name_mask(lambda n: n in SYNC_OPS)[top] if top.size else np.zeros(0, dtype=bool)
+    if blocking.size and top.size:
+        top_s, top_e = trace.start_ns[top], end[top]
+        i = np.searchsorted(top_s, trace.start_ns[blocking], side="right") - 1
+        ok = (i >= 0) & (trace.thread[blocking] == main)
+        i = i[ok]
+        inside = end[blocking[ok]] <= top_e[np.maximum(i, 0)]
+        top_is_sync[i[inside]] = True
+    return top_is_sync
+
+
+@dataclass
+class _GapInputs:
+    """What classifying the host side of the gaps reads besides the gaps."""
+
+    top: np.ndarray
+    top_is_sync: np.ndarray
+    threshold_ns: int
+    ds: np.ndarray
+    de: np.ndarray
+    cs: np.ndarray
+    ce: np.ndarray
+    blocked_s: np.ndarray
+    blocked_e: np.ndarray
+
+
+def _classified_gaps(
+    trace: Trace,
+    end: np.ndarray,
+    device_events: np.ndarray | None,
+    bs: np.ndarray,
+    be: np.ndarray,
+    gs: np.ndarray,
+    ge: np.ndarray,
+    g: _GapInputs,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The gaps split where their next device work was launched (host side before, device side
+    after; a CPU run has only the host side), and each piece's class and stream-wait call."""
+    device_mode = device_events is not None
+    split = _launch_moments(trace, device_events, end, gs, ge) if device_events is not None else ge.copy()
+    split = np.clip(split, gs, ge)
+    hs, he = gs, split  # host pieces
+    # on a CPU there is no queue for a value read to drain: the time after .item() is host work
+    sync_top = g.top_is_sync if device_mode else np.zeros_like(g.top_is_sync)
+    cls = _host_classes(trace, hs, he, g.top, sync_top, end, g.threshold_ns, g.ds, g.de, g.cs, g.ce, g.blocked_s, g.blocked_e)
+    wait = np.full(gs.size, -1, dtype=np.int64)
+    if device_mode:
+        dev_cls, dev_wait = _device_classes(trace, bs, be, split, ge, g.threshold_ns, end, queued=split <= gs)
+        gs = np.concatenate((hs, split))
+        ge = np.concatenate((he, ge))
+        cls = np.concatenate((cls, dev_cls))
+        wait = np.concatenate((wait, dev_wait))
+        keep = ge > gs
+        order = np.argsort(gs[keep], kind="stable")
+        gs, ge, cls, wait = gs[keep][order], ge[keep][order], cls[keep][order], wait[keep][order]
+    return gs, ge, cls, wait
 
 
 def blocking_calls(trace: Trace, end: np.ndarray | None = None) -> np.ndarray:
@@ -508,109 +561,3 @@ def elementwise_mask(trace: Trace, positions: np.ndarray) -> tuple[np.ndarray, n
     ew = trace.name_mask(lambda n: n in ELEMENTWISE)
     red = trace.name_mask(lambda n: n in REDUCTIONS)
     return ew[positions], red[positions]
-
-
-def source_of(trace: Trace, positions: np.ndarray, limit: int = 3) -> list[str]:
-    """``file:line (func)`` of the innermost user Python frame around each op (needs with_stack),
-    the line being the one that made the call (:mod:`..callsite`), most frequent first, at most
-    ``limit``."""
-    if not positions.size:
-        return []
-    index = PythonIndex.of(trace)
-    if index is None:
-        return []
-    counts: dict[str, int] = {}
-    for p in positions[:200].tolist():
-        inner = index.innermost_user_frame(int(p))
-        if inner is not None:
-            where = call_site(index, inner, int(p))
-            counts[where] = counts.get(where, 0) + 1
-    return [f for f, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:limit]]
-
-
-class PythonIndex:
-    """The Python events of a trace (with_stack) by thread, sorted by start, and the ops by
-    (name, thread): each lookup :func:`call_site` makes per op is a ``searchsorted`` slice, not
-    a scan of the whole trace (a diagnosis locates up to 200 ops per rule)."""
-
-    def __init__(self, trace: Trace, py: np.ndarray) -> None:
-        self._trace = weakref.ref(trace)  # the cache below must not keep a finished trace alive
-        self.end = trace.start_ns + trace.duration_ns
-        self.py = py[np.lexsort((trace.start_ns[py], trace.thread[py]))]
-        self.py_thread, self.py_start = trace.thread[self.py], trace.start_ns[self.py]
-        user_names = np.array([user_frame(n) is not None for n in trace.names], dtype=bool)
-        self.user = self.py[user_names[trace.name_id[self.py]]]  # still sorted by (thread, start)
-        self.user_thread, self.user_start = trace.thread[self.user], trace.start_ns[self.user]
-        self._ops: dict[tuple[int, int], np.ndarray] = {}
-
-    @property
-    def trace(self) -> Trace:
-        trace = self._trace()
-        assert trace is not None  # callers hold the trace they ask about
-        return trace
-
-    @classmethod
-    def of(cls, trace: Trace) -> PythonIndex | None:
-        """The index of ``trace``, built once per trace and dropped with it (None: no user
-        Python frames)."""
-        if trace in _INDEXES:
-            return _INDEXES[trace]
-        py = np.flatnonzero(trace.kind == EventKind.PYTHON)
-        index = cls(trace, py) if py.size else None
-        if index is not None and not index.user.size:
-            index = None
-        _INDEXES[trace] = index
-        return index
-
-    def innermost_user_frame(self, p: int) -> int | None:
-        """The latest-starting user frame on ``p``'s thread that was running when ``p`` began."""
-        trace = self.trace
-        s, t = int(trace.start_ns[p]), int(trace.thread[p])
-        lo, hi = np.searchsorted(self.user_thread, t, "left"), np.searchsorted(self.user_thread, t, "right")
-        upto = lo + int(np.searchsorted(self.user_start[lo:hi], s, "right"))  # frames that started by s
-        cands = self.user[lo:upto]
-        around = cands[self.end[cands] >= s]
-        return int(around[-1]) if around.size else None
-
-    def python_within(self, t: int, after_ns: int, until_ns: int) -> np.ndarray:
-        """Python events on thread ``t`` that start in (after_ns, until_ns] and end by until_ns."""
-        lo, hi = np.searchsorted(self.py_thread, t, "left"), np.searchsorted(self.py_thread, t, "right")
-        starts = self.py_start[lo:hi]
-        a = lo + int(np.searchsorted(starts, after_ns, "right"))
-        b = lo + int(np.searchsorted(starts, until_ns, "right"))
-        inside = self.py[a:b]
-        return inside[self.end[inside] <= until_ns]
-
-    def ops_between(self, name_id: int, t: int, after_ns: int, before_ns: int) -> int:
-        """How many events named ``name_id`` on thread ``t`` start in (after_ns, before_ns)."""
-        key = (name_id, t)
-        starts = self._ops.get(key)
-        if starts is None:
-            trace = self.trace
-            starts = self._ops[key] = np.sort(trace.start_ns[(trace.name_id == name_id) & (trace.thread == t)])
-        return int(np.searchsorted(starts, before_ns, "left") - np.searchsorted(starts, after_ns, "right"))
-
-
-_INDEXES: weakref.WeakKeyDictionary[Trace, PythonIndex | None] = weakref.WeakKeyDictionary()
-
-
-def call_site(index: PythonIndex, frame: int, p: int) -> str:
-    """``file:line (func)`` of the line in Python frame ``frame`` that made the call leading to
-    the event at ``p``: the frame's child call around ``p`` (or ``p`` itself, an op called by an
-    operator), matched with the source; the frame's own first line where that cannot be told."""
-    trace, end = index.trace, index.end
-    name = trace.names[int(trace.name_id[frame])]
-    fs, fe, t = int(trace.start_ns[frame]), int(end[frame]), int(trace.thread[frame])
-    s = int(trace.start_ns[p])
-    mine = index.python_within(t, fs, fe)
-    around = mine[(trace.start_ns[mine] <= s) & (end[mine] >= s)]
-    if around.size:
-        callee = int(around[np.argmin(trace.start_ns[around])])
-        before = int(((trace.name_id[mine] == trace.name_id[callee]) & (trace.start_ns[mine] < trace.start_ns[callee])).sum())
-    else:
-        callee = p
-        before = index.ops_between(int(trace.name_id[p]), t, fs, s)
-    line = frame_line(name, trace.names[int(trace.name_id[callee])], before)
-    if line is None:
-        return user_frame(name) or name
-    return with_line(name, line)

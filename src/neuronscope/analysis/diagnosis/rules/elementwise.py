@@ -20,12 +20,15 @@ decomposing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..categories import REDUCTIONS
-from ..timeline import elementwise_mask, source_of
+from ..model import Finding
+from ..locations import source_of
+from ..timeline import elementwise_mask
 from . import Context, MessageContext, rule
 
 _MIN_ELEMENTWISE = 3  # HTA's min_pattern_len
@@ -51,20 +54,29 @@ def elementwise_chain(ctx: Context) -> list:
     ew, red = elementwise_mask(trace, top)
     # an optimizer's per-parameter updates (add_ on each weight) are independent, not a chain
     member = (ew | red) & ~_in_optimizer_step(ctx, top)
-    start = trace.start_ns[top]
-    end = start + trace.duration_ns[top]
-    gap = np.zeros(top.size, dtype=np.int64)
-    gap[1:] = np.clip(start[1:] - end[:-1], 0, tl.threshold_ns)  # fusing saves dispatch, not other host work
+    ulo, uhi = _chain_units(trace.name_id[top], ew, member)
+    if not ulo.size:
+        return []
+    groups = _group_units(ctx, top, ulo, uhi)
+    out = []
+    for sig, i in groups.index.items():
+        found = _chain_finding(ctx, top, ulo, uhi, groups, sig, i)
+        if found is not None:
+            out.append(found)
+    out.sort(key=lambda f: -f.us_at_stake)
+    if any(f.evidence["occurrences"] > 1 for f in out):  # leftovers of a loop's first or last pass
+        out = [f for f in out if f.evidence["occurrences"] > 1]
+    return out[:3]
+
+
+def _chain_units(names: np.ndarray, ew: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chains as [lo, hi) positions among the top-level ops, a loop's runs cut into their unit."""
     # a chain: consecutive top-level ops, all elementwise or reductions (whatever the gaps)
     edges = np.diff(np.concatenate(([0], member.astype(np.int8), [0])))
     run_lo, run_hi = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
     ew_cum = np.concatenate(([0], np.cumsum(ew)))
     keep = (ew_cum[run_hi] - ew_cum[run_lo]) >= _MIN_ELEMENTWISE
     run_lo, run_hi = run_lo[keep], run_hi[keep]
-    if not run_lo.size:
-        return []
-    names = trace.name_id[top]
-    names_list = names.tolist()
     unit_lo: list[int] = []
     unit_hi: list[int] = []
     for lo, hi in zip(run_lo.tolist(), run_hi.tolist()):
@@ -79,9 +91,29 @@ def elementwise_chain(ctx: Context) -> list:
             unit_hi.append(hi)
     ulo, uhi = np.array(unit_lo, dtype=np.int64), np.array(unit_hi, dtype=np.int64)
     ok = (ew_cum[uhi] - ew_cum[ulo]) >= _MIN_ELEMENTWISE
-    ulo, uhi = ulo[ok], uhi[ok]
-    if not ulo.size:
-        return []
+    return ulo[ok], uhi[ok]
+
+
+@dataclass
+class _ChainGroups:
+    """The chains grouped by their ops (a signature): per group its count and summed times (ns)."""
+
+    index: dict[tuple[int, ...], int]  #: signature -> group
+    which: np.ndarray  #: each chain's group
+    count: np.ndarray
+    dev_sum: np.ndarray  #: device time of its ops
+    max_sum: np.ndarray  #: device time of its longest op
+    gap_sum: np.ndarray  #: dispatch gaps between its ops
+
+
+def _group_units(ctx: Context, top: np.ndarray, ulo: np.ndarray, uhi: np.ndarray) -> _ChainGroups:
+    """Group the chains by signature, summing their device time, longest op and gaps between ops."""
+    tl, trace = ctx.timeline, ctx.trace
+    start = trace.start_ns[top]
+    end = start + trace.duration_ns[top]
+    gap = np.zeros(top.size, dtype=np.int64)
+    gap[1:] = np.clip(start[1:] - end[:-1], 0, tl.threshold_ns)  # fusing saves dispatch, not other host work
+    names_list = trace.name_id[top].tolist()
     dev = tl.top_dev_ns
     dev_cum = np.concatenate(([0], np.cumsum(dev)))
     gap_cum = np.concatenate(([0], np.cumsum(gap)))
@@ -94,69 +126,75 @@ def elementwise_chain(ctx: Context) -> list:
     index: dict[tuple[int, ...], int] = {}
     which = np.fromiter((index.setdefault(sig, len(index)) for sig in sigs), dtype=np.int64, count=len(sigs))
     k = len(index)
-    count = np.bincount(which, minlength=k)
-    dev_sum = np.bincount(which, weights=unit_dev, minlength=k)
-    max_sum = np.bincount(which, weights=unit_max, minlength=k)
-    gap_sum = np.bincount(which, weights=unit_gaps, minlength=k)
-    out = []
-    for sig, i in index.items():
-        passes_from = None
+    return _ChainGroups(
+        index=index,
+        which=which,
+        count=np.bincount(which, minlength=k),
+        dev_sum=np.bincount(which, weights=unit_dev, minlength=k),
+        max_sum=np.bincount(which, weights=unit_max, minlength=k),
+        gap_sum=np.bincount(which, weights=unit_gaps, minlength=k),
+    )
+
+
+def _chain_finding(
+    ctx: Context, top: np.ndarray, ulo: np.ndarray, uhi: np.ndarray, g: _ChainGroups, sig: tuple[int, ...], i: int
+) -> Finding | None:
+    """The finding for one group of chains (None: nothing at stake, or not a chain)."""
+    trace = ctx.trace
+    passes_from = None
+    model = (
+        "fusion on an accelerator: the chain's device time beyond its longest op (the fused kernel is about "
+        "one such pass), and the launch gaps between its ops"
+    )
+    if ctx.device == "cpu":
+        at_stake_ns, shapes_unknown = _cpu_fusion_ns(ctx, top, ulo[g.which == i], uhi[g.which == i])
+        passes_from = "op times" if shapes_unknown else "shapes"
         model = (
-            "fusion on an accelerator: the chain's device time beyond its longest op (the fused kernel is about "
-            "one such pass), and the launch gaps between its ops"
+            "fusion: the chain's time less one pass per reduction, one more and a write, at the rate per pass of "
+            "the chain's best op (capped at the roof of the level its working set fits)"
         )
-        if ctx.device == "cpu":
-            at_stake_ns, shapes_unknown = _cpu_fusion_ns(ctx, top, ulo[which == i], uhi[which == i])
-            passes_from = "op times" if shapes_unknown else "shapes"
-            model = (
-                "fusion: the chain's time less one pass per reduction, one more and a write, at the rate per pass of "
-                "the chain's best op (capped at the roof of the level its working set fits)"
-            )
-        else:
-            # each op a kernel that streams the tensor through memory: the fused kernel is
-            # about one such pass, and the launch gaps between them go
-            at_stake_ns = float(dev_sum[i] - max_sum[i] + gap_sum[i])
-        if at_stake_ns <= 0:
-            continue
-        op_names = [trace.names[n] for n in sig]
-        chain = " → ".join(n.removeprefix("aten::") for n in op_names)
-        distinct = set(op_names)
-        if len(distinct) == 1 and op_names[0].endswith("_"):
-            continue  # the same in-place update on one tensor after another: independent, not a chain
-        if _RMSNORM <= distinct and ctx.device != "cpu" and not _decomposes(trace, "aten::rms_norm"):
-            fix = "use torch.rms_norm (one fused op) or torch.compile the function"
-        elif _RMSNORM <= distinct:
-            # on a CPU (torch <= 2.13) torch.rms_norm runs these same pow/mean/mul ops: only a
-            # compiler fuses them
-            fix = "torch.compile the function (torch.rms_norm runs these same ops on this device)"
-        elif _SOFTMAX <= distinct:
-            fix = "use torch.softmax / torch.nn.functional ops, or torch.compile the function"
-        else:
-            fix = "fuse them: torch.compile the function (or write one fused op)"
-        firsts = top[ulo[which == i][:50]]
-        where = source_of(trace, firsts, limit=1)
-        out.append(
-            ctx.finding(
-                "elementwise_chain",
-                None,
-                at_stake_ns / 1e3,
-                {
-                    "ops": op_names,
-                    "occurrences": int(count[i]),
-                    "chain_device_time_us": round(float(dev_sum[i]) / 1e3, 3),
-                    "between_ops_us": round(float(gap_sum[i]) / 1e3, 3),
-                    "locations": where,
-                    "fix": fix,
-                    "passes_from": passes_from,
-                    "at_stake_model": model,
-                },
-                subject=chain,
-            )
-        )
-    out.sort(key=lambda f: -f.us_at_stake)
-    if any(f.evidence["occurrences"] > 1 for f in out):  # leftovers of a loop's first or last pass
-        out = [f for f in out if f.evidence["occurrences"] > 1]
-    return out[:3]
+    else:
+        # each op a kernel that streams the tensor through memory: the fused kernel is
+        # about one such pass, and the launch gaps between them go
+        at_stake_ns = float(g.dev_sum[i] - g.max_sum[i] + g.gap_sum[i])
+    if at_stake_ns <= 0:
+        return None
+    op_names = [trace.names[n] for n in sig]
+    chain = " → ".join(n.removeprefix("aten::") for n in op_names)
+    distinct = set(op_names)
+    if len(distinct) == 1 and op_names[0].endswith("_"):
+        return None  # the same in-place update on one tensor after another: independent, not a chain
+    firsts = top[ulo[g.which == i][:50]]
+    where = source_of(trace, firsts, limit=1)
+    return ctx.finding(
+        "elementwise_chain",
+        None,
+        at_stake_ns / 1e3,
+        {
+            "ops": op_names,
+            "occurrences": int(g.count[i]),
+            "chain_device_time_us": round(float(g.dev_sum[i]) / 1e3, 3),
+            "between_ops_us": round(float(g.gap_sum[i]) / 1e3, 3),
+            "locations": where,
+            "fix": _fix(ctx, distinct),
+            "passes_from": passes_from,
+            "at_stake_model": model,
+        },
+        subject=chain,
+    )
+
+
+def _fix(ctx: Context, distinct: set[str]) -> str:
+    """What to do about a chain of these ops on this device."""
+    if _RMSNORM <= distinct and ctx.device != "cpu" and not _decomposes(ctx.trace, "aten::rms_norm"):
+        return "use torch.rms_norm (one fused op) or torch.compile the function"
+    if _RMSNORM <= distinct:
+        # on a CPU (torch <= 2.13) torch.rms_norm runs these same pow/mean/mul ops: only a
+        # compiler fuses them
+        return "torch.compile the function (torch.rms_norm runs these same ops on this device)"
+    if _SOFTMAX <= distinct:
+        return "use torch.softmax / torch.nn.functional ops, or torch.compile the function"
+    return "fuse them: torch.compile the function (or write one fused op)"
 
 
 def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[float, bool]:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from ....trace.kinds import EventKind
-from ..timeline import launcher_positions, source_of
+from ..locations import source_of
+from ..timeline import launcher_positions
 from . import Context, MessageContext, rule
 
 _MATMUL = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear"})

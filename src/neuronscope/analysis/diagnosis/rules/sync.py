@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..timeline import CLASS_INDEX, source_of
+from ..locations import source_of
+from ..timeline import CLASS_INDEX
 from . import Context, MessageContext, rule
 
 

@@ -32,7 +32,8 @@ import numpy as np
 
 from ....trace.kinds import EventKind
 from ...nesting import nest
-from ..timeline import CLASS_INDEX, source_of
+from ..locations import source_of
+from ..timeline import CLASS_INDEX
 from . import Context, MessageContext, rule
 
 _FILLS = frozenset(
