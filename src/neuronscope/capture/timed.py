@@ -172,10 +172,14 @@ class TimedCalls:
 
     def observe(self, dt: int, args: Any, kwargs: Any) -> None:
         """One unprofiled call's wall time into the histogram (and the slow-call check)."""
-        if dt > self.state.threshold[0]:
-            self.state.slow(dt, args, kwargs)
+        self._count(dt, args, kwargs, self.state.counts, self.state.threshold)
+
+    def _count(self, dt: int, args: Any, kwargs: Any, counts: list[int], threshold: list[float]) -> None:
+        """A call's time against ``threshold`` (it fires the trigger past it), into ``counts``."""
+        if dt > threshold[0]:
+            self.state.slow(dt, args, kwargs, threshold[0])
         b = (dt | 16).bit_length()
-        self.state.counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
+        counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
         if not self.state.timed.__next__() & self.mask:
             self.refresh()
 
@@ -195,13 +199,7 @@ class TimedCalls:
     def observe_overlapped(self, dt: int, args: Any, kwargs: Any) -> None:
         """One call's time into the histogram of calls that overlapped what distorts a call's time
         (neuronscope's workers; on a loaded machine, a thread of ours losing its core)."""
-        state = self.state
-        if dt > state.busy_threshold[0]:
-            state.slow(dt, args, kwargs, state.busy_threshold[0])
-        b = (dt | 16).bit_length()
-        state.busy_counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
-        if not state.timed.__next__() & self.mask:
-            self.refresh()
+        self._count(dt, args, kwargs, self.state.busy_counts, self.state.busy_threshold)
 
 
 def _clocks() -> tuple[int, int]:
