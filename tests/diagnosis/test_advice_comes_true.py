@@ -42,7 +42,7 @@ def _interleaved(cause, fix, rounds: int = 5) -> tuple[float, float]:
     return statistics.median(a), statistics.median(b)
 
 
-def _claim_and_saving(rule: str, cause, fix, rounds: int = 5, **options) -> tuple[float, float, float, dict]:
+def _claim_and_saving(rule: str, cause, fix, rounds: int = 5, samples: int = 1, **options) -> tuple[float, float, float, dict]:
     """(median claim, median saving, median run with the cause, the last finding's evidence):
     each round profiles the cause and times both arms unprofiled, so that a machine whose
     speed drifts (a loaded 2-core VM) drifts under the claim and the timings alike.
@@ -50,7 +50,11 @@ def _claim_and_saving(rule: str, cause, fix, rounds: int = 5, **options) -> tupl
     The arms are CPU work on this thread: they are timed by the thread's CPU time. A claim
     about CPU work leaves out the time the thread waited for a core (a contended profile's
     claim is scaled back to it): wall time on a loaded machine would add that waiting to the
-    measured side only (the row loop's claim read 0.49x of a wall-clock saving that way)."""
+    measured side only (the row loop's claim read 0.49x of a wall-clock saving that way).
+
+    With ``samples`` > 1 each arm is timed that many times a round, alternating, and a round
+    keeps each arm's fastest: the steady state the claim is about (each op at its fastest),
+    where a single call's time is noise that only adds (a cache shared with other VMs)."""
     claims, slow, fast = [], [], []
     evidence: dict = {}
     cause(), fix()  # warm up both
@@ -66,9 +70,12 @@ def _claim_and_saving(rule: str, cause, fix, rounds: int = 5, **options) -> tupl
         claims.append(f.us_at_stake if f is not None else 0.0)
         evidence = dict(f.evidence) if f is not None else {}
         cause(), fix()  # the profile left the caches cold: one untimed call of each first
-        arms = [(cause, slow), (fix, fast)]
-        for arm, out in arms if k % 2 == 0 else arms[::-1]:
-            out.append(_median_us(arm, 1, clock=time.thread_time))
+        arms = [(cause, []), (fix, [])]
+        for _ in range(samples):
+            for arm, times in arms if k % 2 == 0 else arms[::-1]:
+                times.append(_median_us(arm, 1, clock=time.thread_time))
+        slow.append(min(arms[0][1]))
+        fast.append(min(arms[1][1]))
     return statistics.median(claims), statistics.median(slow) - statistics.median(fast), statistics.median(slow), evidence
 
 
@@ -226,14 +233,9 @@ def test_fusing_a_chain_that_streams_through_memory_saves_what_is_claimed():
     _comes_true(claim, saving, slow)
 
 
-@pytest.mark.timing
-def test_fusing_a_chain_in_cache_saves_what_is_claimed():
-    """Issue 37: an RMSNorm of (8, 128, 1024) fp32 -- 4 MiB, in the last-level cache -- 4 a
-    step against torch.compile: the claim counted only dispatches (0.02x of the saving).
-    (Without record_shapes the passes are told from the op times, and on this machine such a
-    profile makes the allocator fault the 4 MiB tensors back in call after call: the chain's ops
-    run 2-10x slower profiled than not, and the claim reads 2-3x the saving -- not asserted.)"""
-    record_shapes = True
+def _in_cache_chain_case() -> tuple[float, float, float, dict]:
+    """The in-cache RMSNorm case, measured in this process (the child of the test below)."""
+    torch.set_num_threads(1)
     x, w = torch.randn(8, 128, 1024), torch.randn(1024)
     compiled = torch.compile(_rmsnorm)
     compiled(x, w)
@@ -246,7 +248,41 @@ def test_fusing_a_chain_in_cache_saves_what_is_claimed():
         for _ in range(4):
             compiled(x, w)
 
-    claim, saving, slow, evidence = _claim_and_saving("elementwise_chain", cause, fix, rounds=5, record_shapes=record_shapes)
+    return _claim_and_saving("elementwise_chain", cause, fix, rounds=5, samples=5, record_shapes=True)
+
+
+#: glibc keeps freed memory (tensors up to 32 MiB from the heap, never trimmed back to the system)
+_STEADY_ALLOCATOR = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"}
+
+
+@pytest.mark.timing
+def test_fusing_a_chain_in_cache_saves_what_is_claimed():
+    """Issue 37: an RMSNorm of (8, 128, 1024) fp32 -- 4 MiB, in the last-level cache -- 4 a
+    step against torch.compile: the claim counted only dispatches (0.02x of the saving).
+
+    The claim is about the steady state: each op at its fastest in the profile, where the
+    profiler's own allocations make the allocator fault 4 MiB tensors back in. Unprofiled, whether
+    the eager chain faults depends on the heap's history, not on fusion: 0.38 ms a call in one
+    process, 3.4 ms in another (measured, glibc 2.36), so the saving swung 0.35-2.1x of the claim
+    from one pytest process to the next. The case runs in a child whose allocator keeps its memory
+    (glibc tunables): neither arm pays faults, and the saving is fusion's.
+    (Without record_shapes the passes are told from the op times -- not asserted.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import test_advice_comes_true as t; "
+        "print('RESULT', json.dumps(t._in_cache_chain_case(), default=str))"
+    )
+    env = {**os.environ, **_STEADY_ALLOCATOR}
+    done = subprocess.run([sys.executable, "-c", code, str(here)], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
+    claim, saving, slow, evidence = json.loads(line.removeprefix("RESULT "))
     assert evidence["passes_from"] == "shapes"
     assert saving > 0.05 * slow
     _comes_true(claim, saving, slow)

@@ -181,6 +181,8 @@ def _chain_finding(
             "at_stake_model": model,
         },
         subject=chain,
+        # on a CPU the claim is built from each op's fastest call: a preempted one is already out
+        trimmed=ctx.device == "cpu",
     )
 
 
@@ -204,12 +206,13 @@ def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray
     The model of the fix: the fused kernel makes one pass per reduction it has to finish first,
     one more, and writes once, at the rate per pass the chain's best op achieved (it streams from
     the same cache or memory level; never faster than that level's roof, where the roofs are
-    known); it saves the rest of the chain's time -- every other op's dispatch and its passes
-    over the tensors (measured, RMSNorm of (8, 128, 1024) fp32, in a 32 MiB L3: eager 2.4 ms a
-    call with the allocator faulting its tensors in, 0.39 warm; compiled 0.26-0.34). An op's passes are the full-size tensors it reads and writes (from the
-    recorded shapes; without them, an op beyond twice the chain's smallest reads one and writes
-    one, a reduction only reads)."""
-    from ...hardware import CPU_DISPATCH_NS_MAX, PROFILER_NS_PER_EVENT
+    known), and the compiled function's call costs its guards on top; it saves the rest of the
+    chain's time -- every other op's dispatch and its passes over the tensors (measured, RMSNorm
+    of (8, 128, 1024) fp32, in a 32 MiB L3: eager 3.4 ms a call with the allocator faulting its
+    tensors in, 0.38 warm; compiled 0.25). An op's passes are the full-size tensors it reads and
+    writes (from the recorded shapes; without them, an op beyond twice the chain's smallest reads
+    one and writes one, a reduction only reads)."""
+    from ...hardware import CPU_COMPILED_CALL_NS, CPU_DISPATCH_NS_MAX, PROFILER_NS_PER_EVENT
 
     trace = ctx.trace
     width = int(hi[0] - lo[0])
@@ -250,7 +253,10 @@ def _cpu_fusion_ns(ctx: Context, top: np.ndarray, lo: np.ndarray, hi: np.ndarray
         # of the level that holds them
         _, roof = limits.memory_roof(2 * big)
         fused_ns = max(fused_ns, fused_passes * big / roof * 1e9)
-    saved = float(per_op.sum()) - dispatch - fused_ns
+    # the compiled function's call (one dispatch and its guards) replaces the chain's ops: an
+    # RMSNorm of 4 MiB, one thread, warm allocator: ops 335 us a call at their fastest, eager 379,
+    # compiled 249 -- the model's 184 us of passes plus this call
+    saved = float(per_op.sum()) - dispatch - CPU_COMPILED_CALL_NS - fused_ns
     return max(saved, dispatch * (width - 1)) * lo.size, shapes_unknown
 
 
