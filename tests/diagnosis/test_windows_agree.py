@@ -141,8 +141,11 @@ def test_the_folded_run_reads_right(runs):
     index = json.loads((run_dir / "windows.json").read_text())["windows"]
     assert [r["window"] for r in index] == list(range(1, len(index) + 1))
     assert all(r["ended_by"] in ("window_seconds", "budget", "end") for r in index)
-    assert index[-1]["ended_by"] == "end"
-    cov = json.loads((run_dir / "manifest.json").read_text())["coverage"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    # the last window is the one the end of the program cut, unless the program ended in the pause
+    # after a window (on a loaded machine: the last of 40 windows ended 0.34 s before the run)
+    assert index[-1]["ended_by"] == "end" or index[-1]["end_ns"] < manifest["end_ns"], (index[-1], manifest["end_ns"])
+    cov = manifest["coverage"]
     assert sum(cov["ended_by"].values()) == cov["windows"] == len(index)
     assert "ended by:" in printed and "windows of 0.4 s" not in printed
 
