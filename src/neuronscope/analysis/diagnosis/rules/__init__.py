@@ -106,25 +106,25 @@ class Context:
             trimmed=trimmed,
         )
 
-    def trimmed_ns(self, durations: Any, names: Any) -> Any:
+    def trimmed_ns(self, durations: Any, keys: Any, *, min_calls: int) -> Any:
         """Per-call times without the time slices other processes took, on a contended CPU: a
         preemption lands whole in one call (milliseconds in a microsecond op), so each call counts
-        at most ``PREEMPTED_OVER_MEDIAN`` times the median of its name's calls (a name of fewer than
-        ``TRIM_MIN_CALLS`` calls, often of different sizes, is kept as it is). Unchanged when the
-        CPU was not contended. (A uniform scaling by the runnable share would also shrink the
-        calls that were never preempted: an optimizer step's claim read 0.49-0.70x of its quiet
-        value that way, beside two CPU burners.)"""
+        at most ``PREEMPTED_OVER_MEDIAN`` times the median of the calls with its key -- calls
+        that do the same work (an op on the same tensor, step after step); a key of fewer than
+        ``min_calls`` calls is kept as it is. Unchanged when the CPU was not contended. (A uniform
+        scaling by the runnable share would also shrink the calls that were never preempted: an
+        optimizer step's claim read 0.49-0.70x of its quiet value that way, beside two CPU
+        burners; keyed by op name alone, an MLP's weight updates were cut to 3x its bias
+        updates' median: 0.4x.)"""
         durations = np.asarray(durations, dtype=np.float64)
         if self.contention is None or not self.contention.contended or durations.size == 0:
             return durations
-        names = np.asarray(names)
+        keys = np.asarray(keys)
         out = durations.copy()
-        for name in np.unique(names):
-            mine = names == name
-            if mine.sum() >= TRIM_MIN_CALLS:
+        for key in np.unique(keys):
+            mine = keys == key
+            if mine.sum() >= min_calls:
                 out[mine] = np.minimum(durations[mine], PREEMPTED_OVER_MEDIAN * float(np.median(durations[mine])))
-            # else too few calls to tell a preempted one (an MLP's 4 weights and 4 biases, of
-            # different sizes): kept -- a few large ops, which a time slice lengthens by little
         return out
 
     def unprofiled_ns(self, host_ns: float, positions: Any) -> float:
@@ -241,13 +241,12 @@ def severity_of(share_of_window: float) -> str:
     return "high" if share_of_window >= 0.15 else "medium" if share_of_window >= 0.05 else "low"
 
 
+#: on a contended CPU, a call counts at most this many times the median of the calls doing the
+#: same work (Context.trimmed_ns)
+PREEMPTED_OVER_MEDIAN = 3.0
+
 #: the rules whose claims are time the host thread spent running on any device (the Python and
 #: dispatch between ops): contention lengthened it
-#: on a contended CPU, a call counts at most this many times its name's median (Context.trimmed_ns)
-PREEMPTED_OVER_MEDIAN = 3.0
-#: ... for a name with at least this many calls (fewer are kept: they cannot tell one)
-TRIM_MIN_CALLS = 10
-
 HOST_RULES = frozenset({"launch_bound_loop", "forloop_indexing", "optimizer_single_tensor"})
 #: the rules whose claims are time the thread waited (for data, for the device): sleep and I/O that
 #: contention does not lengthen, or decoding that it does -- marked, never scaled
