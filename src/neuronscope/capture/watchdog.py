@@ -84,14 +84,21 @@ def _dispatch(capture: Any, action: str) -> None:
     from . import session, signals
 
     rec = capture.recording
-    if capture.all_threads or session.recording_all_threads():
+    main = rec.thread == threading.main_thread().ident
+    all_threads = capture.all_threads or session.recording_all_threads()
+    if all_threads and (action == "resume" or not main or signals.WAKE is None):
         if action != "resume" and not _thread_at_safe_point(rec.thread):
             rec.deferred = action  # the thread holds a torch record_function open: the next poll tries again
             return
         capture.limit_action(action)
         return
+    # A stop of a main-thread capture -- recording every thread or not -- is the main thread's:
+    # from here it would race with the op the main thread is in (a C++ op runs without the GIL,
+    # its RecordFunction open: `neuronscope run` on a forward/backward loop in 0.2 s windows
+    # crashed in 4 of 5 runs, with or without the user's regions). Woken, the main thread acts
+    # between two bytecodes, outside any op, and closes its own open regions first.
     rec.pending = action
-    if rec.thread == threading.main_thread().ident and not rec.signalled:
+    if main and not rec.signalled:
         rec.signalled = True  # one signal per action (cleared when acted on, or deferred)
         signals.wake_main_thread()
 
@@ -119,10 +126,19 @@ _CALL_THROUGH = frozenset(
 )
 _OURS = ("neuronscope", "torch.profiler", "torch.autograd.profiler", "wrapt")
 #: torch's code that runs inside a ``record_function`` of its own (a compiled region and its graph
-#: call, an optimizer's step, a DataLoader's ``__next__``): stopping the profiler while one is
-#: open corrupts memory (torch 2.13: a compiled loop under 0.3 s windows crashed in 5 of 6 runs,
-#: in the garbage collector, long after; 0 of 8 once stops waited for these frames to return)
-_OPEN_RECORD_FUNCTION = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.optim", "torch.utils.data")
+#: call, an optimizer's step, a DataLoader's ``__next__``; autograd: a custom Function's
+#: forward and the Python a backward pass calls run inside the engine's RecordFunctions): stopping
+#: the profiler while one is open corrupts memory (torch 2.13: a compiled loop under 0.3 s windows
+#: crashed in 5 of 6 runs, in the garbage collector, long after; 0 of 8 once stops waited for
+#: these frames to return)
+_OPEN_RECORD_FUNCTION = (
+    "torch._dynamo",
+    "torch._inductor",
+    "torch._functorch",
+    "torch.optim",
+    "torch.utils.data",
+    "torch.autograd",
+)
 
 
 def _safe_to_act(frame: Any) -> bool:
