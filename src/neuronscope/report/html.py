@@ -747,7 +747,7 @@ def _explanation(d: SummaryDiff, a: Source, b: Source) -> str:
     """Why the wall time changed: ops' busy share and idle classes, summing to the change."""
     if a.diagnosis is None or b.diagnosis is None:
         return ""
-    from ..analysis.diff import explain_diff
+    from ..analysis.explain import explain_diff
 
     ex = explain_diff(a.summary, b.summary, a.diagnosis, b.diagnosis, normalised=d.normalised)
     head = ex.lines(top=0)[0]
