@@ -13,7 +13,7 @@ import torch
 
 import neuronscope as ns
 from neuronscope._trigger import Trigger
-from neuronscope.analysis.diff import explain_diff
+from neuronscope.analysis.explain import explain_diff
 from neuronscope.analysis.ranks import rank_profile
 from neuronscope.result import Analysis, Annotation, CaptureFacts, Coverage, RunResult
 from neuronscope.sinks.run_format import FORMAT_VERSION, RUN_DIRECTORY, manifest_of, read_result, write_manifest

@@ -20,7 +20,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs (``X as X``: an explicit re-export)
     from ._run import Run as Run, RunStatus as RunStatus
-    from .analysis.diff import Explanation as Explanation
+    from .analysis.explain import Explanation as Explanation
     from .capture.compare import compare as compare
     from .report.comparison import Comparison as Comparison
     from .analysis.ranks import RankComparison as RankComparison
@@ -71,7 +71,7 @@ _LAZY = {
     "Diagnosis": ".analysis.diagnosis",
     "Event": ".trace.model",
     "EventKind": ".trace.kinds",
-    "Explanation": ".analysis.diff",
+    "Explanation": ".analysis.explain",
     "Finding": ".analysis.diagnosis",
     "MemoryReport": ".analysis.memory_model",
     "NeuronOptions": ".capture.devices.neuron",

@@ -25,7 +25,7 @@ from .result import CaptureFacts, Coverage
 
 if TYPE_CHECKING:
     from .analysis.diagnosis import Diagnosis
-    from .analysis.diff import Explanation
+    from .analysis.explain import Explanation
     from .analysis.memory_model import MemoryReport
     from .analysis.summary import Summary
     from ._trigger import Trigger
@@ -303,7 +303,7 @@ class Run:
     @property
     def explanation(self) -> Explanation | None:
         """For a triggered run with a baseline: where the extra wall time went, the
-        :class:`~neuronscope.analysis.diff.Explanation` that ``neuronscope diff BASELINE RUN``
+        :class:`~neuronscope.analysis.explain.Explanation` that ``neuronscope diff BASELINE RUN``
         prints (ops and idle classes, largest change first). None otherwise."""
         if self.trigger is not None:
             self.wait()

@@ -75,8 +75,9 @@ def key_for_manifest(key: Any) -> Any:
 
 
 def explanation_from_dict(data: dict[str, Any]) -> Any:
-    """The :class:`~neuronscope.analysis.diff.Explanation` saved in a manifest, rebuilt."""
-    from .analysis.diff import Contribution, Delta, Explanation, RegionDelta
+    """The :class:`~neuronscope.analysis.explain.Explanation` saved in a manifest, rebuilt."""
+    from .analysis.diff import Delta, RegionDelta
+    from .analysis.explain import Contribution, Explanation
 
     contributions = tuple(
         Contribution(c["kind"], str(c["name"]), float(c["a_us"]), float(c["b_us"])) for c in data.get("contributions", ())

@@ -30,7 +30,7 @@ from .analysis.analyse import Analysis, Coverage, DeviceFacts
 
 if TYPE_CHECKING:
     from .analysis.diagnosis import Diagnosis
-    from .analysis.diff import Explanation
+    from .analysis.explain import Explanation
     from .analysis.memory_model import MemoryReport
     from .analysis.summary import Summary
     from ._trigger import Trigger

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import neuronscope as ns
-from neuronscope.analysis.diff import explain_diff
+from neuronscope.analysis.explain import explain_diff
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins threads to a core (Linux)")
 

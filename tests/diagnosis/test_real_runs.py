@@ -205,7 +205,7 @@ def test_offline_diagnose_of_a_run_directory_and_of_its_trace_agree(xw):
 
 
 def test_naive_to_compiled_diff_attributes_the_saving(big):
-    from neuronscope.analysis.diff import explain_diff
+    from neuronscope.analysis.explain import explain_diff
 
     x, w = big
     fn = torch.compile(rmsnorm_naive)

@@ -518,7 +518,8 @@ def _result(
 def _explain(base: Run | None, run: Run | None) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
     """Where the step time went from the baseline's profile to this one's, per step (as
     ``neuronscope diff`` explains it), and the ops only one of them ran."""
-    from ..analysis.diff import Normalisation, diff_summaries, explain_diff
+    from ..analysis.diff import Normalisation, diff_summaries
+    from ..analysis.explain import explain_diff
     from ..report.sources import as_source, run_extent
 
     try:

@@ -371,7 +371,7 @@ class TriggerState:
                 return Annotation()
             if before.summary is None or before.diagnosis is None or analysis.summary is None or analysis.diagnosis is None:
                 return Annotation()
-            from ..analysis.diff import explain_diff
+            from ..analysis.explain import explain_diff
 
             explanation = explain_diff(before.summary, analysis.summary, before.diagnosis, analysis.diagnosis)
             path = baseline.path if baseline is not None and baseline.done else None

@@ -10,7 +10,9 @@ from ._common import JSON_SCHEMA_VERSION, emit_json, load_source, source_json, t
 from ._group import EXIT_FAILURE, cli
 
 if TYPE_CHECKING:
-    from ..analysis.diff import Explanation, MemoryExplanation, Normalisation, Regression, SummaryDiff
+    from ..analysis.diff import Normalisation, Regression, SummaryDiff
+    from ..analysis.explain import Explanation
+    from ..analysis.memory_diff import MemoryExplanation
     from ..report.sources import Source
 
 
@@ -128,13 +130,13 @@ def _explanations(src_a: Source, src_b: Source, basis: Normalisation) -> tuple[E
     """Why the wall time changed (both runs diagnosed) and the memory peak (both ran memory=True)."""
     explanation = None
     if src_a.diagnosis is not None and src_b.diagnosis is not None:
-        from ..analysis.diff import explain_diff
+        from ..analysis.explain import explain_diff
 
         explanation = explain_diff(src_a.summary, src_b.summary, src_a.diagnosis, src_b.diagnosis, normalised=basis)
 
     memory = None
     if src_a.memory is not None and src_b.memory is not None:
-        from ..analysis.diff import explain_memory_diff
+        from ..analysis.memory_diff import explain_memory_diff
 
         memory = explain_memory_diff(src_a.memory, src_b.memory)
     return explanation, memory

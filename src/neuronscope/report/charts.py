@@ -1,14 +1,32 @@
-"""SVG pieces the HTML reports draw: time axis ticks (the run report and the per-rank comparison), log scales."""
+"""SVG pieces the HTML reports draw: the width, rows and palette the run report's charts share
+(the comparison page's too), time axis ticks (the run report and the per-rank comparison), log scales."""
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..analysis.units import format_us
 
-__all__ = ["LogScale", "time_axis_ticks"]
+__all__ = ["CHART_WIDTH", "LABEL_W", "PALETTE", "ROW_H", "LogScale", "name_colour", "short", "time_axis_ticks"]
+
+#: viewBox width of every chart (the run report's and the comparison page's); the svg scales to the page
+CHART_WIDTH = 960
+LABEL_W = 300  # room for op names left of the bars
+ROW_H = 22
+PALETTE = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568", "#e53e3e", "#3182ce")
+
+
+def short(name: str, n: int = 44) -> str:
+    """``name`` cut to ``n`` characters, ending in "…" when cut (a chart row's label)."""
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def name_colour(name: str) -> str:
+    """The palette colour ``name`` is always drawn in (an op's bar in the run report, a variant's on the comparison page)."""
+    return PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
 
 
 def time_axis_ticks(x0: float, x1: float, axis_h: int, h: int, span_ns: float) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .._run import Run
-from ..analysis.diff import Explanation
+from ..analysis.explain import Explanation
 from ..analysis.roofs import DeviceLimits
 from ..analysis.units import format_us, size_text
 from ..analysis.variants import Interval, RoofShare, StepWork

@@ -30,7 +30,8 @@ from typing import Any
 from .._version import __version__
 from ..analysis.units import format_us
 from ._assets import CSS, JS
-from .html import CHART_WIDTH, name_colour, run_section
+from .charts import CHART_WIDTH, name_colour
+from .html import run_section
 from .sources import as_source
 
 __all__ = ["render_comparison"]
