@@ -218,7 +218,7 @@ def test_fusing_a_chain_that_streams_through_memory_saves_what_is_claimed():
     counts those passes at the rate of the chain's best op."""
     rows = max(4096, 2 * _llc_bytes() // (4 * 2048))  # each tensor twice the last-level cache
     x, w = torch.randn(rows, 2048), torch.randn(2048)
-    compiled = torch.compile(_rmsnorm)
+    compiled = torch.compile(_rmsnorm, dynamic=False)  # this shape's kernel, whatever ran before
     compiled(x, w)
 
     def cause() -> None:
@@ -237,7 +237,7 @@ def _in_cache_chain_case() -> tuple[float, float, float, dict]:
     """The in-cache RMSNorm case, measured in this process (the child of the test below)."""
     torch.set_num_threads(1)
     x, w = torch.randn(8, 128, 1024), torch.randn(1024)
-    compiled = torch.compile(_rmsnorm)
+    compiled = torch.compile(_rmsnorm, dynamic=False)  # this shape's kernel, whatever ran before
     compiled(x, w)
 
     def cause() -> None:
