@@ -6,14 +6,22 @@ profile's own capture (capture/wrappers.py's ``CallProfiler.start``).
 The synchronous wrapper is a plain closure over locals (~0.08 us a call by itself,
 bench/bench_trigger_overhead.py); a call that overlaps neuronscope's workers, or runs while other
 processes hold the cores, is timed by its own thread's CPU time (capture/triggers.py's module doc).
+
+An ``async def`` call is timed by its wall time -- awaited I/O included. While other processes
+hold the cores (read on the event loop's thread) it is timed as a quiet machine would time it
+(``_OwnTime``): its steps -- the loop runs other tasks between a coroutine's steps, never during
+one -- by their own CPU time, its awaits by their wall time less the time the loop's thread
+waited for a core meanwhile. An async call that overlaps the workers is timed by its steps' CPU
+time alone, as a sync one is (its awaits then hold the loop's waits for the GIL the workers hold).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import wrapt
@@ -54,6 +62,7 @@ def wrap_with_trigger(
         return _sync_wrapper(calls, func, target, name, policy, decide)
     wrapper = _async_wrapper(calls, func, decide)
     wrapper._self_neuronscope_trigger = calls.state  # on the wrapt wrapper itself, for tests and debugging
+    wrapper._self_neuronscope_calls = calls  # how its calls are timed now (calls.contended)
     return wrapper
 
 
@@ -73,9 +82,6 @@ class TimedCalls:
         #: timed by their own CPU time (module doc)
         self.contended = [0]
         self._read_contention = False  # whether contention was read once: see _check_contention
-        #: whether contention changes how calls are timed: the sync wrapper's (a coroutine's
-        #: thread runs other tasks too, so its CPU time says nothing of the call's own)
-        self.reads_contention = True
         #: calls left untimed after a profiled call: the first ones after the profiler stops pay its
         #: teardown (46-113 us of their own CPU time for a 7 us call, measured; the second call
         #: sometimes 40 us), which the trigger would otherwise take for a slow call of theirs
@@ -94,8 +100,7 @@ class TimedCalls:
         self.state.refresh()
         if self.state.total >= self.trig.min_calls:
             self.mask = REFRESH_MASK_SETTLED
-        if self.reads_contention:
-            self._check_contention()
+        self._check_contention()
 
     def _check_contention(self) -> None:
         """Whether the calling thread waited for a core since the last refresh on it (Linux
@@ -215,23 +220,149 @@ def _lost_to_workers(dt: int, before: tuple[int, int]) -> int:
     return max(dt - own, 0)
 
 
+class _OwnTime:
+    """An awaitable over one coroutine that times the coroutine as a quiet machine would, on a
+    loaded one: each of its steps by its own CPU time, each await by its wall time less the time
+    the loop's thread waited for a core meanwhile; and whether a thread of the process lost its
+    core during one of its steps.
+
+    A coroutine runs in steps -- from one suspension to the next, on the event loop's thread --
+    and the loop runs the other tasks between them, so a step's CPU time is the coroutine's own
+    (the thread's across the whole call is everyone's). Between steps the call waits: for I/O,
+    a timer, the other tasks -- what its wall time on a quiet machine holds too -- and, on a
+    loaded machine, for the loop's thread to get a core back, which is the load's, not the call's.
+
+    ``await`` on this object forwards ``send``/``throw``/``close`` to the coroutine unchanged
+    (what it yields -- an asyncio future, a bare ``None`` -- reaches the loop as if awaited)."""
+
+    __slots__ = ("awaited_ns", "awaits", "coro", "cpu_ns", "preempted")
+
+    def __init__(self, coro: Any, awaits: bool = True) -> None:
+        self.coro = coro
+        self.awaits = awaits  # whether to time the awaits (a read of schedstat at each)
+        self.cpu_ns = 0  # its steps' CPU time, less the collections run in them
+        self.awaited_ns = 0  # the time between its steps, less the loop's waits for a core
+        self.preempted = False
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self.coro
+        send, throw = coro.send, coro.throw
+        cpu, wall, gc_here, preemptions = time.thread_time_ns, time.perf_counter_ns, _worker.gc_ns_here, _system.preemptions
+        value: Any = None
+        error: BaseException | None = None
+        suspended: tuple[int, int] | None = None  # (wall ns, core wait ns) when it last suspended
+        while True:
+            if suspended is not None:  # a read of schedstat per suspension: a call that never awaits pays none
+                self.awaited_ns += max(wall() - suspended[0] - (_core_wait_ns() - suspended[1]), 0)
+            switches, cpu0, gc0 = preemptions(), cpu(), gc_here()
+            try:
+                step = send(value) if error is None else throw(error)
+            except StopIteration as done:
+                return done.value
+            finally:  # the step ended: suspended, returned or raised
+                self.cpu_ns += (cpu() - cpu0) - (gc_here() - gc0)
+                if preemptions() != switches:
+                    self.preempted = True
+            if self.awaits:
+                suspended = wall(), _core_wait_ns()
+            try:
+                value, error = (yield step), None
+            except GeneratorExit:  # the awaiting coroutine is closed: close this one too
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in (a cancellation): the coroutine's to handle
+                value, error = None, exc
+
+
+class _Schedstat:
+    """One thread's ``/proc/self/task/<tid>/schedstat``, kept open: re-read in ~2 us where
+    opening it costs ~12 us (measured), for a read at each suspension of a timed coroutine."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        self.fd = -1
+        try:
+            self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+        except OSError:
+            pass
+
+    def wait_ns(self) -> int:
+        """Nanoseconds the thread was runnable but waited for a core; 0 where unreadable."""
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def __del__(self) -> None:  # the thread ended (its threading.local went) or a fork reset it
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
+_schedstat = threading.local()
+
+
+def _core_wait_ns() -> int:
+    """This thread's run-queue wait so far (ns; Linux schedstat, 0 elsewhere)."""
+    try:
+        stat: _Schedstat = _schedstat.stat
+    except AttributeError:
+        stat = _schedstat.stat = _Schedstat()
+    return stat.wait_ns()
+
+
+def _forget_schedstat() -> None:
+    # a forked child's threads are not its parent's: each opens its own file on its first read
+    global _schedstat
+    _schedstat = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_schedstat)
+
+
+async def _measured_call(calls: TimedCalls, wrapped: Any, args: Any, kwargs: Any) -> Any:
+    """An async call timed by what it ran itself (_OwnTime), as the sync wrapper's: while the
+    workers run, its steps' CPU time, in the histogram of calls that overlapped them -- its awaits
+    hold the workers' turns with the GIL (overlapping_workers); while other processes hold the
+    cores, its steps' CPU time and its awaits less the loop's waits for a core, in that histogram
+    too when a thread of ours lost its core during a step (contended_call)."""
+    busy, settling = calls.busy, calls.settling
+    overlapped, loaded = busy[0], calls.contended[0]
+    steps = _OwnTime(wrapped(*args, **kwargs), awaits=not overlapped)
+    t0 = time.perf_counter_ns()
+    result = await steps
+    dt = time.perf_counter_ns() - t0
+    if settling[0]:
+        settling[0] -= 1  # the profiler's teardown is in this call's time (TimedCalls.settling)
+    elif overlapped:
+        if not (loaded and steps.preempted):  # neither the call's time nor our workers' footprint
+            calls.observe_overlapped(steps.cpu_ns, args, kwargs)
+    elif not busy[0]:  # the workers started meanwhile: not measurable
+        dt = min(dt, steps.cpu_ns + steps.awaited_ns)
+        (calls.observe_overlapped if steps.preempted else calls.observe)(dt, args, kwargs)
+    return result
+
+
 def _async_wrapper(calls: TimedCalls, func: Any, decide: Callable[[], bool]) -> Any:
     from .arming import take_stash
 
     now, state = time.perf_counter_ns, calls.state
-    busy, settling = calls.busy, calls.settling
-    calls.reads_contention = False
+    busy, settling, contended = calls.busy, calls.settling, calls.contended
 
     async def timed_call(wrapped: Any, args: Any, kwargs: Any) -> Any:
+        if busy[0] or contended[0]:  # decided when it runs: a coroutine may be awaited long after the call
+            return await _measured_call(calls, wrapped, args, kwargs)
         t0 = now()
         result = await wrapped(*args, **kwargs)
         dt = now() - t0
-        # A coroutine shares its thread with the other tasks, so its thread's CPU time says
-        # nothing of its own (nor does it help on a loaded machine): calls that overlapped
-        # neuronscope's workers are not timed.
+        # Wall time: what a latency trigger should see, awaited I/O included
         if settling[0]:
             settling[0] -= 1  # the profiler's teardown is in this call's time (TimedCalls.settling)
-        elif not busy[0]:
+        elif not busy[0]:  # the workers started meanwhile: not measurable
             calls.observe(dt, args, kwargs)
         return result
 
@@ -254,7 +385,7 @@ def _async_wrapper(calls: TimedCalls, func: Any, decide: Callable[[], bool]) -> 
             claim = state.claim(args, kwargs, calls.enabled)
             if claim is not None:
                 return profiled_async(wrapped, args, kwargs, claim)
-        return timed_call(wrapped, args, kwargs)
+        return timed_call(wrapped, args, kwargs)  # a real coroutine (asyncio.iscoroutine: frameworks check)
 
     return async_wrapper(func)
 

@@ -26,10 +26,10 @@ the workers share, intra-op threads that spin — still makes such calls slower,
 their own histogram and threshold (the same quantile, once ``min_calls`` of them were timed;
 until then twice the ordinary threshold, ``OVERLAP_MARGIN``): calls that overlapped our work
 are compared with calls that overlapped our work. A call blocked on the device (a sync) is
-timed by its CPU time alone while the workers run: its device wait can then not fire it. A call during
-which the workers started is skipped (one per profile), and so are async calls that overlap
-the workers (a coroutine's thread runs the other tasks too), and the first calls after a
-profiled one, which pay the profiler's teardown (capture/timed.py's ``SETTLING_CALLS``).
+timed by its CPU time alone while the workers run: its device wait can then not fire it (an async
+call: its steps' CPU time, capture/timed.py's ``_OwnTime``). A call during which the workers
+started is skipped (one per profile), and so are the first calls after a profiled one, which
+pay the profiler's teardown (capture/timed.py's ``SETTLING_CALLS``).
 
 Other processes holding the cores (a loaded machine, read from the calling thread's run-queue
 wait over at least 20 ms; the calls timed by wall before the first reading said so are dropped)
@@ -40,7 +40,8 @@ an intra-op thread preempted in a parallel region leaves the calling thread spin
 barrier, on its own CPU time (12 us calls beside two CPU burners: p99 of their CPU time 8 ms; of
 the calls not preempted, 10 us); such a call that also overlapped the workers is not timed. (Not
 dropping them all: a call longer than a time slice is nearly always preempted on a loaded
-machine, and the slow calls would then never fire.)
+machine, and the slow calls would then never fire.) An ``async def`` call is timed so step by
+step, its awaits by their wall time less the loop thread's waits for a core (capture/timed.py).
 
 Until a histogram holds ``min_calls`` calls of its own, its threshold is read from both: in a
 tight loop most calls overlap the workers, and a threshold that waited for its own calls would
