@@ -33,11 +33,13 @@ def _train(out, overhead: float | None, steps: int = 300):
 
 
 def test_a_tight_bound_pauses_between_windows_and_says_what_it_cost(tmp_path):
-    free, free_rows = _train(tmp_path / "free", None)
-    bound, bound_rows = _train(tmp_path / "bound", 0.05)
+    # 120 steps: ~40 windows of 3 without a bound, each waiting for the last one's analysis (300
+    # steps took 120-181 s of the suite)
+    free, free_rows = _train(tmp_path / "free", None, steps=120)
+    bound, bound_rows = _train(tmp_path / "bound", 0.05, steps=120)
     for run in (free, bound):
         cov = run.coverage
-        assert cov is not None and cov.steps == 300
+        assert cov is not None and cov.steps == 120
         assert cov.overhead_basis in ("steps", "stops and analysis") and cov.overhead_ns >= 0
         assert "neuronscope added" in cov.line()
     # without a bound a window starts as soon as the last is analysed; with one, recording waits
