@@ -11,6 +11,8 @@ slower, which no run-queue counter shows) — hence "within 2x, or says it was c
 
 from __future__ import annotations
 
+import math
+import statistics
 import subprocess
 import sys
 import time
@@ -42,33 +44,44 @@ def _burners(n: int) -> list[subprocess.Popen]:
     return procs
 
 
-def test_a_contended_profile_says_so_and_claims_what_a_quiet_one_claims():
-    torch.manual_seed(0)
-    x = torch.randn(512, 64)
-    _rows_loop(x)  # warm up
-    quiet = _profile(x)
+def _contended_profile(x: torch.Tensor) -> ns.Diagnosis:
     burners = _burners(2)
     try:
-        contended = _profile(x)
+        return _profile(x)
     finally:
         for p in burners:
             p.kill()
             p.wait()
-    c = contended.contention
-    assert c is not None and c.contended, c
-    assert "the CPU was contended" in contended.headline()[0]
-    assert any(n.startswith("CPU contended") for n in contended.notes)
-    # the thread really waited: Linux's run-queue time, against the wall time the profile covers
-    assert 0 < c.wait_us < c.wall_us and c.run_us > 0 and c.others_cpus is not None and c.others_cpus > 1.0
-    top_q, top_c = quiet.findings[0], contended.findings[0]
-    assert (top_c.rule, top_c.subject) == (top_q.rule, top_q.subject) == ("forloop_indexing", "aten::select → aten::mul")
-    assert top_c.evidence["contended"] == "scaled" and top_c.evidence["runnable_share"] == pytest.approx(c.runnable_share, abs=1e-3)
+
+
+def test_a_contended_profile_says_so_and_claims_what_a_quiet_one_claims():
+    """Quiet and contended profiles alternate, 3 and 2: one quiet profile of this loop claimed
+    29.7 ms in a CI-like run where 10.6-17.6 ms is usual (the machine's speed drifts between
+    tests), and the test compared the contended claims with that one sample."""
+    torch.manual_seed(0)
+    x = torch.randn(512, 64)
+    _rows_loop(x)  # warm up
+    quiet, contended = [_profile(x)], []
+    for _ in range(2):
+        contended.append(_contended_profile(x))
+        quiet.append(_profile(x))
+    for d in contended:
+        c = d.contention
+        assert c is not None and c.contended, c
+        assert "the CPU was contended" in d.headline()[0]
+        assert any(n.startswith("CPU contended") for n in d.notes)
+        # the thread really waited: Linux's run-queue time, against the wall time the profile covers
+        assert 0 < c.wait_us < c.wall_us and c.run_us > 0 and c.others_cpus is not None and c.others_cpus > 1.0
+        top = d.findings[0]
+        assert (top.rule, top.subject) == ("forloop_indexing", "aten::select → aten::mul")
+        assert top.evidence["contended"] == "scaled" and top.evidence["runnable_share"] == pytest.approx(c.runnable_share, abs=1e-3)
+    assert all((d.findings[0].rule, d.findings[0].subject) == ("forloop_indexing", "aten::select → aten::mul") for d in quiet)
     # the claim leaves the measured waiting out: nearer the quiet claim than the raw time would be
     # (what remains is what the run queue cannot show: a core shared with a burner runs slower)
-    import math
-
-    raw = top_c.us_at_stake / c.runnable_share
-    assert abs(math.log(top_c.us_at_stake / top_q.us_at_stake)) < abs(math.log(raw / top_q.us_at_stake))
+    q = statistics.median(d.findings[0].us_at_stake for d in quiet)
+    scaled = statistics.median(d.findings[0].us_at_stake for d in contended)
+    raw = statistics.median(d.findings[0].us_at_stake / d.contention.runnable_share for d in contended)
+    assert abs(math.log(scaled / q)) < abs(math.log(raw / q)), (q, scaled, raw)
     # the issue's bound: within 2x of the quiet claim, or the run says the CPU was contended (it does, above)
-    within = 0.5 <= top_c.us_at_stake / top_q.us_at_stake <= 2.0
-    assert within or c.contended, (top_q.us_at_stake, top_c.us_at_stake, c)
+    within = 0.5 <= scaled / q <= 2.0
+    assert within or all(d.contention.contended for d in contended), (q, scaled)
