@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
-__all__ = ["add_contention", "available_memory", "cpu_contention", "cpu_sample", "preemptions"]
+__all__ = ["add_contention", "available_memory", "core_wait_ns", "cpu_contention", "cpu_sample", "preemptions"]
 
 
 def available_memory() -> int | None:
@@ -31,6 +32,56 @@ def read_schedstat(native_tid: int) -> tuple[int, int] | None:
         return int(fields[0]), int(fields[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+class _ThreadSchedstat:
+    """One thread's ``/proc/self/task/<tid>/schedstat``, kept open: re-read in ~2 us where
+    opening it costs ~12 us (measured), for a read at each suspension of a timed coroutine."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        self.fd = -1
+        try:
+            self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+        except OSError:
+            pass
+
+    def wait_ns(self) -> int:
+        """Nanoseconds the thread was runnable but waited for a core; 0 where unreadable."""
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def __del__(self) -> None:  # the thread ended (its threading.local went) or a fork reset it
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+
+_schedstat = threading.local()
+
+
+def core_wait_ns() -> int:
+    """This thread's run-queue wait so far (ns; Linux schedstat, 0 elsewhere)."""
+    try:
+        stat: _ThreadSchedstat = _schedstat.stat
+    except AttributeError:
+        stat = _schedstat.stat = _ThreadSchedstat()
+    return stat.wait_ns()
+
+
+def _forget_schedstat() -> None:
+    # a forked child's threads are not its parent's: each opens its own file on its first read
+    global _schedstat
+    _schedstat = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_schedstat)
 
 
 def preemptions() -> int:

@@ -18,7 +18,6 @@ time alone, as a sync one is (its awaits then hold the loop's waits for the GIL 
 from __future__ import annotations
 
 import inspect
-import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -253,7 +252,7 @@ class _OwnTime:
         suspended: tuple[int, int] | None = None  # (wall ns, core wait ns) when it last suspended
         while True:
             if suspended is not None:  # a read of schedstat per suspension: a call that never awaits pays none
-                self.awaited_ns += max(wall() - suspended[0] - (_core_wait_ns() - suspended[1]), 0)
+                self.awaited_ns += max(wall() - suspended[0] - (_system.core_wait_ns() - suspended[1]), 0)
             switches, cpu0, gc0 = preemptions(), cpu(), gc_here()
             try:
                 step = send(value) if error is None else throw(error)
@@ -264,7 +263,7 @@ class _OwnTime:
                 if preemptions() != switches:
                     self.preempted = True
             if self.awaits:
-                suspended = wall(), _core_wait_ns()
+                suspended = wall(), _system.core_wait_ns()
             try:
                 value, error = (yield step), None
             except GeneratorExit:  # the awaiting coroutine is closed: close this one too
@@ -272,56 +271,6 @@ class _OwnTime:
                 raise
             except BaseException as exc:  # noqa: BLE001 - thrown in (a cancellation): the coroutine's to handle
                 value, error = None, exc
-
-
-class _Schedstat:
-    """One thread's ``/proc/self/task/<tid>/schedstat``, kept open: re-read in ~2 us where
-    opening it costs ~12 us (measured), for a read at each suspension of a timed coroutine."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self) -> None:
-        self.fd = -1
-        try:
-            self.fd = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
-        except OSError:
-            pass
-
-    def wait_ns(self) -> int:
-        """Nanoseconds the thread was runnable but waited for a core; 0 where unreadable."""
-        try:
-            return int(os.pread(self.fd, 128, 0).split()[1])
-        except (OSError, ValueError, IndexError):
-            return 0
-
-    def __del__(self) -> None:  # the thread ended (its threading.local went) or a fork reset it
-        if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-
-
-_schedstat = threading.local()
-
-
-def _core_wait_ns() -> int:
-    """This thread's run-queue wait so far (ns; Linux schedstat, 0 elsewhere)."""
-    try:
-        stat: _Schedstat = _schedstat.stat
-    except AttributeError:
-        stat = _schedstat.stat = _Schedstat()
-    return stat.wait_ns()
-
-
-def _forget_schedstat() -> None:
-    # a forked child's threads are not its parent's: each opens its own file on its first read
-    global _schedstat
-    _schedstat = threading.local()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_schedstat)
 
 
 async def _measured_call(calls: TimedCalls, wrapped: Any, args: Any, kwargs: Any) -> Any:
