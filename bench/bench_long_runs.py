@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -162,10 +163,12 @@ def soak(args: argparse.Namespace) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(8, 32)
-    marks = sorted({100, 1000, args.windows})
+    marks = sorted(m for m in {100, 1000, args.windows} if m <= args.windows)
     times: list[float] = []
-    at: dict[int, tuple[float, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp, ns.profile_neuron(name="soak", output_dir=tmp, windows=ns.Windows(steps=1, keep=1)) as run:
+    window_ends: list[float] = []  # when each window was seen ended (perf_counter)
+    at: dict[int, tuple[float, float, float]] = {}
+    tmp = tempfile.mkdtemp(prefix="soak-")
+    with ns.profile_neuron(name="soak", output_dir=tmp, windows=ns.Windows(steps=1, keep=1)) as run:
         t_last = time.perf_counter()
         while True:
             opt.zero_grad()
@@ -176,17 +179,25 @@ def soak(args: argparse.Namespace) -> None:
             times.append(now - t_last)
             t_last = now
             windows = _windows_done(run)
+            while len(window_ends) < windows:
+                window_ends.append(now)
             for m in marks:
                 if m not in at and windows >= m:
                     block = times[-200:]
-                    at[m] = (sum(block) / len(block) * 1e3, rss_mb())
-                    print(f"  window {m}: {at[m][0]:.3f} ms a step, RSS {at[m][1]:.0f} MB", flush=True)
+                    # a window's cycle: recorded, stopped, analysed, folded, written, the next started
+                    ends = window_ends[max(0, m - 100) : m]
+                    cycle = (ends[-1] - ends[0]) / max(len(ends) - 1, 1) * 1e3
+                    at[m] = (cycle, sum(block) / len(block) * 1e3, rss_mb())
+                    print(f"  window {m}: {cycle:.2f} ms a window, {at[m][1]:.3f} ms a step, RSS {at[m][2]:.0f} MB", flush=True)
             if windows >= args.windows:
                 break
     ns.flush(600)
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"soak: {args.windows} one-step windows; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     lo, hi = at[marks[0]], at[marks[-1]]
-    print(f"  per-step cost at {marks[-1]} vs {marks[0]}: x{hi[0] / lo[0]:.2f}; RSS growth {hi[1] - lo[1]:+.0f} MB")
+    print(
+        f"  at {marks[-1]} vs {marks[0]}: x{hi[0] / lo[0]:.2f} a window, x{hi[1] / lo[1]:.2f} a step; RSS growth {hi[2] - lo[2]:+.0f} MB"
+    )
 
 
 def _windows_done(run: object) -> int:
@@ -194,7 +205,7 @@ def _windows_done(run: object) -> int:
     from neuronscope.capture import session
 
     for capture in session.open_captures():
-        rec = getattr(capture, "recording", None)
+        rec = getattr(getattr(capture, "bounds", None), "recording", None)  # capture/bounds.py
         if rec is not None:
             return rec.window_index - (1 if rec.recording else 0)
     return 0

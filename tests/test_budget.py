@@ -98,3 +98,36 @@ def test_step_times_stay_bounded_with_an_exact_count_and_slowest_step():
     sample = [us for us in timed.sample_us if us < 9e6]
     assert sum(sample) / len(sample) == pytest.approx(1050.0, abs=1)
     assert sum(timed.sample_overlapped) / len(timed.sample_overlapped) == pytest.approx(1 / 7, abs=0.005)
+
+
+def test_the_first_window_estimate_leaves_out_barrier_spins_and_keeps_the_memory_floor(monkeypatch):
+    """Beside two busy processes a matmul loop's process burned 48 ms of CPU in 50 ms while
+    recording 25 events: the intra-op peer waited for a core and the recording thread spun at its
+    barrier. The estimate leaves that out, but never falls under the RSS growth past set-up."""
+    ms = 1_000_000
+    rec = budget.Recording(type("C", (), {"name": "spin", "all_threads": True})(), budget.Limits(max_events=3000), None)
+    start_cpu = rec.session_cpu_started
+    pool = {4242: (0, 0)}  # (CPU ns, ns waiting for a core) of a thread Python did not start
+    rss = {"now": 100 * 2**20}
+    monkeypatch.setattr(budget, "_pool_threads_schedstat", lambda: dict(pool))
+    monkeypatch.setattr(session, "recording_since", lambda: ("owner", 0, 100 * 2**20))
+    monkeypatch.setattr(session, "process_rss", lambda: rss["now"])
+    monkeypatch.setattr(rec, "event_cpu_ns", lambda: start_cpu + 48 * ms)
+    rec.session_pool_started = {}
+    rec.session_started = 0
+    now = 50 * ms
+    rss["now"] += 4 * 2**20  # set-up: per-thread queues, the pool's threads
+    # a quiet pool: the process's CPU less the pool's own is the events' (47 ms: 23,500 at the
+    # first-window rate), capped by the RSS growth as before (4 MiB: 17,476)
+    pool[4242] = (1 * ms, 0)
+    quiet = rec.session_events(now)
+    assert quiet == int(4 * 2**20 / budget.RECORDING_BYTES_PER_EVENT) < int(budget.FIRST_EVENT_RATE * 0.047)
+    pool[4242] = (30 * ms, 0)
+    assert rec.session_events(now) == int(budget.FIRST_EVENT_RATE * 0.018)
+    # the peer waited 40 ms for a core and spun 5 ms: what is left is ~3 ms of work
+    pool[4242] = (5 * ms, 40 * ms)
+    spun = rec.session_events(now)
+    assert spun == int(budget.FIRST_EVENT_RATE * 0.003) < 3000 < quiet
+    # memory really held past set-up is a floor, whatever the CPU says
+    rss["now"] += 3000 * budget.RECORDING_BYTES_PER_EVENT
+    assert rec.session_events(now) >= 3000

@@ -174,7 +174,7 @@ def _peak_rss_under_run(tmp_path: Path, seconds: float) -> tuple[int, Path]:
     script.write_text(BOUNDED)
     out = tmp_path / f"runs{seconds:g}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "neuronscope", "run", "-q", "--window-seconds", "1", "--output-dir", str(out), str(script), str(seconds)],
+        [sys.executable, "-m", "neuronscope", "run", "-q", "--window-seconds", "0.5", "--output-dir", str(out), str(script), str(seconds)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -186,13 +186,13 @@ def _peak_rss_under_run(tmp_path: Path, seconds: float) -> tuple[int, Path]:
 
 
 def test_a_long_script_under_neuronscope_run_finishes_in_bounded_memory(tmp_path):
-    short, _ = _peak_rss_under_run(tmp_path, 6)
-    long, run_dir = _peak_rss_under_run(tmp_path, 24)
+    short, _ = _peak_rss_under_run(tmp_path, 3)
+    long, run_dir = _peak_rss_under_run(tmp_path, 12)
     # four times as long, about the same peak: memory is bounded by a window, not the run
     assert long < 1.35 * short, (short >> 20, long >> 20)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["coverage"]["windows"] >= 4
-    assert 20e9 <= manifest["coverage"]["wall_ns"] <= 40e9
+    assert 10e9 <= manifest["coverage"]["wall_ns"] <= 30e9
     run = ns.load_run(run_dir)
     assert run.summary["aten::addmm"].calls > 0 and run.diagnosis is not None
 

@@ -184,7 +184,7 @@ def _fold_steps(parts: Sequence[Diagnosis], timed: TimedSteps | None, max_saved:
     per_step: list[Step] = []
     offset = 0
     for s in windows:
-        per_step += [replace(p, index=p.index + offset) for p in s.per_step]
+        per_step += [replace(p, index=p.index + offset) for p in s.per_step] if offset else s.per_step
         offset += s.count
     if len(per_step) > max_saved:  # the slowest ones, in time order
         keep = sorted(sorted(per_step, key=lambda p: -p.duration_us)[:max_saved], key=lambda p: p.start_ns)

@@ -28,6 +28,7 @@ Who stops the session, and when it is safe to: capture/watchdog.py.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import threading
 import time
@@ -46,6 +47,10 @@ log = logging.getLogger("neuronscope")
 #: what torch holds per event while a session records (measured on torch 2.13 CPU, a Linear
 #: loop: +154 MB for 664,890 events = 243 B/event; ~1,760 B/event once stopped)
 RECORDING_BYTES_PER_EVENT = 240
+#: what a session's first ops grow RSS by before they are many events (measured under
+#: ``neuronscope run``: the first op +1.7 MB, the first matmul +2.0 MB -- per-thread queues and
+#: the intra-op pool set up on first use): RSS growth past it is events for certain
+RECORDING_SETUP_BYTES = 4 * 2**20
 #: the fastest eager dispatch one thread records (a 64x64 Linear loop here: 330,000 events/s):
 #: the event rate assumed for a profile name not measured yet
 FIRST_EVENT_RATE = 500_000.0
@@ -186,6 +191,20 @@ def _thread_cpu_clock(ident: int) -> int | None:
         return None
 
 
+def _pool_threads_schedstat() -> dict[int, tuple[int, int]]:
+    """(CPU ns, ns waiting for a core) of each thread of this process that Python did not start:
+    the intra-op pool's (OpenMP), which record no events of their own (Linux; {} elsewhere)."""
+    if not os.path.isdir("/proc/self/task"):
+        return {}
+    python = {t.native_id for t in threading.enumerate()}
+    out: dict[int, tuple[int, int]] = {}
+    for name in os.listdir("/proc/self/task"):
+        tid = int(name)
+        if tid not in python and (stat := _system.read_schedstat(tid)) is not None:
+            out[tid] = stat
+    return out
+
+
 class Recording:
     """The limits' state of one open capture: what it has recorded, and what is due next.
 
@@ -216,6 +235,7 @@ class Recording:
         self.started = now
         self.session_started = now  #: the current session (or window)'s start, while recording
         self.session_cpu_started = self.event_cpu_ns()  #: the recording threads' CPU time then
+        self.session_pool_started = _pool_threads_schedstat()  #: the intra-op pool's then
         self.recording = True
         self.recorded_ns = 0  #: closed sessions' time
         self.stopped: str | None = None  #: recording ended for good, and why
@@ -258,13 +278,31 @@ class Recording:
             return int(learned * elapsed_s)
         # events are made only while the program's threads run: a starved process (a loaded
         # machine) records few in a long wall time, while its RSS grows from lazy set-up
-        cpu_s = max(self.event_cpu_ns() - self.session_cpu_started, 0) / 1e9
-        by_rate = int(FIRST_EVENT_RATE * min(elapsed_s, cpu_s))
+        cpu_ns = max(self.event_cpu_ns() - self.session_cpu_started, 0)
         owner, _, rss_at_start = session.recording_since()
         rss = session.process_rss()
         if owner is None or rss is None or not rss_at_start:
-            return by_rate
-        return min(by_rate, int(max(rss - rss_at_start, 0) / RECORDING_BYTES_PER_EVENT))
+            return int(FIRST_EVENT_RATE * min(elapsed_s, cpu_ns / 1e9))
+        # the rate over the CPU time less what spun at intra-op barriers, capped by the RSS growth;
+        # never under the RSS growth past the set-up (memory really held: the budget's purpose)
+        by_rate = int(FIRST_EVENT_RATE * min(elapsed_s, max(cpu_ns - self._pool_cpu_ns(), 0) / 1e9))
+        grown = max(rss - rss_at_start, 0)
+        floor = int(max(grown - RECORDING_SETUP_BYTES, 0) / RECORDING_BYTES_PER_EVENT)
+        return max(min(by_rate, int(grown / RECORDING_BYTES_PER_EVENT)), floor)
+
+    def _pool_cpu_ns(self) -> int:
+        """CPU time in the recording clock that made no events: the intra-op pool's threads' own
+        (with the process's clock), and -- bounded by those threads' waits for a core -- the
+        recording thread's spins at their barriers. Beside two busy processes a 32x32 matmul
+        loop's process burned 48 ms of CPU in its first 50 ms while recording 25 events; at the
+        first-window rate that counted 24,000 and ended a 3,000-event window before its first step."""
+        start, now = self.session_pool_started, _pool_threads_schedstat()
+        spun = own = 0
+        for tid, (cpu, wait) in now.items():
+            cpu0, wait0 = start.get(tid, (0, 0))
+            spun += max(wait - wait0, 0)
+            own += max(cpu - cpu0, 0)
+        return spun + (own if self._event_clock is None else 0)
 
     def event_cpu_ns(self) -> int:
         """CPU time of what records the events (the profiled thread, or the process), ns."""
@@ -365,6 +403,7 @@ class Recording:
             self.recording = True
             self.session_started = now
             self.session_cpu_started = self.event_cpu_ns()
+            self.session_pool_started = _pool_threads_schedstat()
             self.window_steps = 0
             self.window_index += 1
 

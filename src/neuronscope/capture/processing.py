@@ -170,6 +170,7 @@ def finish_windows(run: Run, windowed: Any, stopped: str | None, run_dir: Any, o
         _fail(run, exc, [], run_dir)
         return
     options = replace(options, save_trace=False, coverage=None)
+    _worker.output_worker().submit(windowed.write_final_index)  # before the run's summary.json
     _worker.output_worker().submit(lambda: write_out(run, [], analysis, run_dir, options))
 
 

@@ -36,6 +36,9 @@ __all__ = ["WindowedRun"]
 
 WINDOWS_DIR = "windows"
 WINDOWS_INDEX = "windows.json"
+#: windows.json and the running summary.json are rewritten at most this often (and at the end):
+#: the run's step percentiles are over every step so far, and one-step windows end ~40 times a second
+INDEX_EVERY_S = 1.0
 #: a window displaces a kept trace only when it is this much slower
 DISPLACE_FACTOR = 1.10
 
@@ -83,6 +86,9 @@ class WindowedRun:
         self.kept: list[int] = []
         self.run_dir = run_dir
         self._make_dir = make_dir
+        self._index_written = float("-inf")  # monotonic s of the last index write
+        self._index_due = False  # a write was put off: a timer will make it
+        self._finished = False  # the run's last index was written: no more timed writes
 
     # -- the capture's side --------------------------------------------------------------------
     def submit(
@@ -258,10 +264,23 @@ class WindowedRun:
             shutil.rmtree(root / WINDOWS_DIR / f"{k:04d}", ignore_errors=True)
         self._write_index()
 
-    def _write_index(self) -> None:
-        """windows.json and the fold so far, so a run killed mid-way still reads (output worker)."""
+    def _write_index(self, *, final: bool = False, put_off: bool = False) -> None:
+        """windows.json and the fold so far, so a run killed mid-way still reads (output worker).
+        At most once per INDEX_EVERY_S: a write put off is made by a timer, or by the run's end."""
         from ..sinks.rundir import write_json
 
+        with self._lock:
+            if self._finished:
+                return
+            wait = self._index_written + INDEX_EVERY_S - time.monotonic()
+            if wait > 0 and not (final or put_off):
+                if not self._index_due:
+                    self._index_due = True
+                    timer = threading.Timer(wait, self._write_put_off)
+                    timer.daemon = True
+                    timer.start()
+                return
+            self._index_written, self._index_due, self._finished = time.monotonic(), False, final
         root = self.directory()
         if root is None:
             return
@@ -285,6 +304,16 @@ class WindowedRun:
             _stats.contain("writing the windows index", exc, name=self.name, exc_info=False)
 
     # -- the run -----------------------------------------------------------------------------------
+    def _write_put_off(self) -> None:  # a timer's thread
+        try:
+            _worker.output_worker().submit(lambda: self._write_index(put_off=True))
+        except Exception as exc:  # noqa: BLE001 - never an error in a timer thread
+            _stats.contain("writing the windows index", exc, name=self.name, exc_info=False)
+
+    def write_final_index(self) -> None:
+        """The run ended: its windows.json, whatever was written last (output worker)."""
+        self._write_index(final=True)
+
     def folded(self, stopped: str | None, *, start_ns: int, end_ns: int) -> Analysis | None:
         """The run's analysis: every window analysed so far folded into one, with its coverage."""
         from ..analysis.fold import fold_diagnoses
@@ -408,12 +437,25 @@ def _score(analysis: Analysis) -> float:
 
 
 _libc: Any = None
+_rss_after_trim: int | None = None
+#: resident growth since the last give-back that makes the next one worth its cost
+TRIM_AFTER_GROWTH = 32 * 2**20
 
 
 def _give_back_memory() -> None:
     """Return a freed window's pages to the OS (glibc keeps them otherwise, and the next
-    window's differently sized blocks would grow the process): bounded RSS, not only bounded use."""
-    global _libc
+    window's differently sized blocks would grow the process): bounded RSS, not only bounded use.
+
+    Only once the process has grown by TRIM_AFTER_GROWTH since the last time: a full collection
+    walks the whole heap holding the GIL (tens to hundreds of ms with torch loaded), which a
+    small window does not free enough to pay for -- one-step windows spent most of their cycle
+    here, and the program stood still meanwhile."""
+    global _libc, _rss_after_trim
+    from .session import process_rss
+
+    rss = process_rss()
+    if rss is not None and _rss_after_trim is not None and rss - _rss_after_trim < TRIM_AFTER_GROWTH:
+        return
     if _libc is None:
         try:
             import ctypes
@@ -428,6 +470,7 @@ def _give_back_memory() -> None:
 
         gc.collect()
         _libc.malloc_trim(0)
+    _rss_after_trim = process_rss()
 
 
 @contextmanager
