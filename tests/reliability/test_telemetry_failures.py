@@ -8,6 +8,7 @@ by more than 5 ms from run to run (see docs/performance.md)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -50,6 +51,24 @@ def _p99(values):
     return sorted(values)[max(int(0.99 * len(values)) - 1, 0)]
 
 
+def _serve_broken(scenario: str, x, w, runs: list) -> tuple[list, list, int, int | None]:
+    """CALLS calls against a broken endpoint: (latencies, results, errors, OTLP requests seen)."""
+    if scenario == "dead":
+        ns.configure(exporter="otlp", otlp_endpoint=dead_endpoint())
+        return (*_serve_calls(x, w, CALLS, runs), None)
+    protocol = "grpc" if scenario.startswith("grpc") else "http"
+    mode = {"slow_2s": "slow", "http_500": "fail500", "grpc_unavailable": "unavailable"}[scenario]
+    with OtlpReceiver(protocol, mode=mode, delay_s=2.0) as rx:
+        os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc" if protocol == "grpc" else "http/protobuf"
+        try:
+            ns.configure(exporter="otlp", otlp_endpoint=rx.endpoint)
+            served = _serve_calls(x, w, CALLS, runs)
+            ns.flush(5)
+            return (*served, rx.requests)
+        finally:
+            os.environ.pop("OTEL_EXPORTER_OTLP_PROTOCOL", None)
+
+
 @pytest.mark.timing
 @pytest.mark.parametrize("scenario", ["dead", "slow_2s", "http_500", "grpc_unavailable"])
 def test_broken_endpoint_p99_added_latency_under_5ms_and_no_exceptions(scenario, xw):
@@ -60,24 +79,19 @@ def test_broken_endpoint_p99_added_latency_under_5ms_and_no_exceptions(scenario,
     ns.flush(30)
     runs: list = []
     skipped_before, profiled_before = ns.stats()["skipped_backpressure"], ns.stats()["profiled"]
-    if scenario == "dead":
-        ns.configure(exporter="otlp", otlp_endpoint=dead_endpoint())
-        latencies, results, errors = _serve_calls(x, w, CALLS, runs)
-        requests = None
-    else:
-        protocol = "grpc" if scenario.startswith("grpc") else "http"
-        mode = {"slow_2s": "slow", "http_500": "fail500", "grpc_unavailable": "unavailable"}[scenario]
-        with OtlpReceiver(protocol, mode=mode, delay_s=2.0) as rx:
-            import os
-
-            os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc" if protocol == "grpc" else "http/protobuf"
-            try:
-                ns.configure(exporter="otlp", otlp_endpoint=rx.endpoint)
-                latencies, results, errors = _serve_calls(x, w, CALLS, runs)
-                ns.flush(5)
-                requests = rx.requests
-            finally:
-                os.environ.pop("OTEL_EXPORTER_OTLP_PROTOCOL", None)
+    latencies, results, errors, requests, calls = [], [], 0, None, 0
+    # a p99 over 100 calls is their 2nd slowest: near the bound (half of it), the estimate is
+    # taken over more calls (up to 300) before it is judged -- beside two busy processes one
+    # batch read 5.012 ms where the others of that run read under the bound
+    for _batch in range(3):
+        got = _serve_broken(scenario, x, w, runs)
+        latencies += got[0]
+        results += got[1]
+        errors += got[2]
+        requests = got[3]
+        calls += CALLS
+        if _p99([r.caller_overhead_cpu_ns for r in runs]) / 1e6 <= 2.5:
+            break
     ns.flush(5)
     overhead_p99_ms = _p99([r.caller_overhead_cpu_ns for r in runs]) / 1e6
     wall_p99_ms = _p99([r.caller_overhead_ns for r in runs]) / 1e6
@@ -92,6 +106,6 @@ def test_broken_endpoint_p99_added_latency_under_5ms_and_no_exceptions(scenario,
     assert all(torch.equal(r, uninstrumented[0]) for r in results)
     # Every call was profiled and counted as such, or (under real overload only) skipped before profiling.
     assert ns.stats()["profiled"] - profiled_before == len(runs)
-    assert len(runs) + ns.stats()["skipped_backpressure"] - skipped_before == CALLS and len(runs) > 0
+    assert len(runs) + ns.stats()["skipped_backpressure"] - skipped_before == calls and len(runs) > 0
     assert overhead_p99_ms <= 5.0
     assert ns.stats()["errors"] == 0
