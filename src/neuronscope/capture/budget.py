@@ -284,10 +284,14 @@ class Recording:
         if owner is None or rss is None or not rss_at_start:
             return int(FIRST_EVENT_RATE * min(elapsed_s, cpu_ns / 1e9))
         # the rate over the CPU time less what spun at intra-op barriers, capped by the RSS growth;
-        # never under the RSS growth past the set-up (memory really held: the budget's purpose)
+        # never under the RSS growth past the set-up and the budget's own bytes (memory really
+        # held: the budget's purpose). Not past the set-up alone: an MLP's own first allocations
+        # then ended its first window after 3 steps, and a window that short teaches the next
+        # one a rate so low that it ran to the end of the script (481,391 events for 250,000)
         by_rate = int(FIRST_EVENT_RATE * min(elapsed_s, max(cpu_ns - self._pool_cpu_ns(), 0) / 1e9))
         grown = max(rss - rss_at_start, 0)
-        floor = int(max(grown - RECORDING_SETUP_BYTES, 0) / RECORDING_BYTES_PER_EVENT)
+        allowed = max(RECORDING_SETUP_BYTES, (self.max_events or 0) * RECORDING_BYTES_PER_EVENT)
+        floor = int(max(grown - allowed, 0) / RECORDING_BYTES_PER_EVENT)
         return max(min(by_rate, int(grown / RECORDING_BYTES_PER_EVENT)), floor)
 
     def _pool_cpu_ns(self) -> int:
