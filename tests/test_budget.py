@@ -109,7 +109,7 @@ def test_the_first_window_estimate_leaves_out_barrier_spins_and_keeps_the_memory
     start_cpu = rec.session_cpu_started
     pool = {4242: (0, 0)}  # (CPU ns, ns waiting for a core) of a thread Python did not start
     rss = {"now": 100 * 2**20}
-    monkeypatch.setattr(budget, "_pool_threads_schedstat", lambda: dict(pool))
+    monkeypatch.setattr(budget._system, "pool_threads_schedstat", lambda: dict(pool))
     monkeypatch.setattr(session, "recording_since", lambda: ("owner", 0, 100 * 2**20))
     monkeypatch.setattr(session, "process_rss", lambda: rss["now"])
     monkeypatch.setattr(rec, "event_cpu_ns", lambda: start_cpu + 48 * ms)

@@ -28,7 +28,6 @@ Who stops the session, and when it is safe to: capture/watchdog.py.
 from __future__ import annotations
 
 import logging
-import os
 import statistics
 import threading
 import time
@@ -191,20 +190,6 @@ def _thread_cpu_clock(ident: int) -> int | None:
         return None
 
 
-def _pool_threads_schedstat() -> dict[int, tuple[int, int]]:
-    """(CPU ns, ns waiting for a core) of each thread of this process that Python did not start:
-    the intra-op pool's (OpenMP), which record no events of their own (Linux; {} elsewhere)."""
-    if not os.path.isdir("/proc/self/task"):
-        return {}
-    python = {t.native_id for t in threading.enumerate()}
-    out: dict[int, tuple[int, int]] = {}
-    for name in os.listdir("/proc/self/task"):
-        tid = int(name)
-        if tid not in python and (stat := _system.read_schedstat(tid)) is not None:
-            out[tid] = stat
-    return out
-
-
 class Recording:
     """The limits' state of one open capture: what it has recorded, and what is due next.
 
@@ -235,7 +220,7 @@ class Recording:
         self.started = now
         self.session_started = now  #: the current session (or window)'s start, while recording
         self.session_cpu_started = self.event_cpu_ns()  #: the recording threads' CPU time then
-        self.session_pool_started = _pool_threads_schedstat()  #: the intra-op pool's then
+        self.session_pool_started = _system.pool_threads_schedstat()  #: the intra-op pool's then
         self.recording = True
         self.recorded_ns = 0  #: closed sessions' time
         self.stopped: str | None = None  #: recording ended for good, and why
@@ -300,7 +285,7 @@ class Recording:
         recording thread's spins at their barriers. Beside two busy processes a 32x32 matmul
         loop's process burned 48 ms of CPU in its first 50 ms while recording 25 events; at the
         first-window rate that counted 24,000 and ended a 3,000-event window before its first step."""
-        start, now = self.session_pool_started, _pool_threads_schedstat()
+        start, now = self.session_pool_started, _system.pool_threads_schedstat()
         spun = own = 0
         for tid, (cpu, wait) in now.items():
             cpu0, wait0 = start.get(tid, (0, 0))
@@ -407,7 +392,9 @@ class Recording:
             self.recording = True
             self.session_started = now
             self.session_cpu_started = self.event_cpu_ns()
-            self.session_pool_started = _pool_threads_schedstat()
+            # read only while the estimate is uncalibrated (session_events does not reach it after)
+            calibrated = self.events_per_step is not None or self.events_per_second is not None
+            self.session_pool_started = {} if calibrated else _system.pool_threads_schedstat()
             self.window_steps = 0
             self.window_index += 1
 
