@@ -16,9 +16,9 @@ SCRIPT = textwrap.dedent(
     import sys, time, torch
     import neuronscope as ns
     x = torch.randn(32, 32)
-    steps = 0
+    steps, at_least = 0, int(sys.argv[2]) if len(sys.argv) > 2 else 0
     t0 = time.time()
-    while time.time() - t0 < float(sys.argv[1]):
+    while time.time() - t0 < float(sys.argv[1]) or steps < at_least:
         for _ in range(20):
             y = x @ x
         time.sleep(0.001)
@@ -29,12 +29,13 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(tmp_path: Path, seconds: float, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _run(tmp_path: Path, seconds: float, *options: str, min_steps: int = 0) -> tuple[subprocess.CompletedProcess, dict]:
+    """``neuronscope run [options] loop.py`` for ``seconds``, and at least ``min_steps`` steps."""
     script = tmp_path / "loop.py"
     script.write_text(SCRIPT)
     out = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "neuronscope", "run", "-q", "--output-dir", str(out), *options, str(script), str(seconds)],
+        [sys.executable, "-m", "neuronscope", "run", "-q", "--output-dir", str(out), *options, str(script), str(seconds), str(min_steps)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -54,7 +55,9 @@ def _summary(manifest_dir: Path) -> dict:
      (("--no-windows", "--max-events", "3000"), "budget")],
 )
 def test_a_limit_stops_recording_and_the_script_runs_on(tmp_path, options, stopped):
-    proc, manifest = _run(tmp_path, 3.0, *options)
+    # a budget's run does 400 steps at least, ~10,000 events: beside two busy processes a step
+    # took ~26 ms, so 3 s held ~115 steps (~3,000 events) and the budget once never ended it
+    proc, manifest = _run(tmp_path, 3.0, *options, min_steps=400 if stopped == "budget" else 0)
     assert proc.returncode == 0, proc.stderr[-2000:]
     script_steps = int(proc.stdout.split("steps")[-1])
     cov = manifest["coverage"]
@@ -77,7 +80,9 @@ def test_a_limit_stops_recording_and_the_script_runs_on(tmp_path, options, stopp
 
 
 def test_window_steps_fold_the_windows_into_one_run(tmp_path):
-    proc, manifest = _run(tmp_path, 4.0, "--window-steps", "20", "--keep", "1")
+    # at least 50 steps: two windows of 20 and part of a third, however slow the steps (beside
+    # two busy processes the first 20 once took longer than the 4 s: one window, no coverage)
+    proc, manifest = _run(tmp_path, 4.0, "--window-steps", "20", "--keep", "1", min_steps=50)
     assert proc.returncode == 0, proc.stderr[-2000:]
     script_steps = int(proc.stdout.split("steps")[-1])
     cov = manifest["coverage"]
