@@ -49,6 +49,7 @@ def _summary(manifest_dir: Path) -> dict:
     return json.loads((manifest_dir / "summary.json").read_text())
 
 
+@pytest.mark.timing  # how many steps a script of fixed seconds makes depends on the load
 @pytest.mark.parametrize(
     ("options", "stopped"),
     [(("--no-windows", "--steps", "5"), "steps"), (("--no-windows", "--duration", "0.5"), "duration"),
@@ -79,6 +80,7 @@ def test_a_limit_stops_recording_and_the_script_runs_on(tmp_path, options, stopp
         assert mm["calls"] == 20 * 5 and cov["recorded_steps"] == 5
 
 
+@pytest.mark.timing
 def test_window_steps_fold_the_windows_into_one_run(tmp_path):
     # at least 50 steps: two windows of 20 and part of a third, however slow the steps (beside
     # two busy processes the first 20 once took longer than the 4 s: one window, no coverage)

@@ -144,6 +144,7 @@ def test_num_workers_saves_what_the_data_finding_claims():
     assert saving / 2 <= claim <= saving * 2, (claim, saving)
 
 
+@pytest.mark.timing  # a preempted read once carried a whole time slice
 def test_no_claim_where_the_fix_saves_nothing_on_a_cpu():
     """A value read on a CPU drains no queue: no advice worth more than 2 % of the run."""
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
