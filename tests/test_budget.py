@@ -84,6 +84,32 @@ def test_the_wake_signal_acts_in_user_code_only():
     assert watchdog._safe_to_act(ours["wrapper"](lambda: sys._getframe()))
 
 
+def test_an_action_a_step_takes_lets_the_next_one_signal_again(monkeypatch):
+    """The watchdog signals the main thread once per action; when ``ns.step()`` takes that action
+    before the signal lands, the next action (a later window's stop) is signalled too. Before, the
+    flag stayed set: every later action waited for a step, and a script past its last step
+    never stopped its window."""
+    import threading
+    from types import SimpleNamespace
+
+    acted: list[str] = []
+    signals: list[int] = []
+    rec = SimpleNamespace(
+        thread=threading.main_thread().ident, steps_seen=False, pending=None, signalled=False, step=lambda now: None
+    )
+    capture = SimpleNamespace(recording=rec, all_threads=False, limit_action=acted.append)
+    from neuronscope.capture import signals as wake
+
+    monkeypatch.setattr(wake, "wake_main_thread", lambda: signals.append(1))
+    monkeypatch.setattr(watchdog, "_watched", [capture])
+    watchdog._dispatch(capture, "budget")  # the watchdog: a window's budget is spent
+    assert rec.pending == "budget" and rec.signalled and signals == [1]
+    watchdog.on_step()  # the step came first: it acts
+    assert acted == ["budget"] and rec.pending is None
+    watchdog._dispatch(capture, "budget")  # a later window's budget
+    assert signals == [1, 1], "the later action was never signalled"
+
+
 def test_step_times_stay_bounded_with_an_exact_count_and_slowest_step():
     steps = budget.StepTimes()
     n = 3 * budget.StepTimes.CAP + 17

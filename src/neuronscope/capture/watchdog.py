@@ -261,6 +261,7 @@ def on_step(source: str = "ns.step") -> None:
             action = rec.step(now)
             if rec.pending and rec.thread == me:
                 action, rec.pending = rec.pending, None
+                rec.signalled = False  # acted on: the next action is signalled again (_dispatch)
             if action is None:
                 continue
             if source == "optimizer" and action != "resume":
