@@ -4,14 +4,14 @@ The same workload (a Python loop indexing a tensor row by row: CPU work on the m
 profiled alone and beside two processes that burn a CPU each on this 2-core machine. The
 contended profile must say so (in the verdict line and the notes, from the thread's own
 run-queue wait), keep the same top finding, and leave the time the thread waited for a core out
-of its claim. Measured here: the quiet claim 10.6-12.5 ms, the contended one 24-26 ms after
-leaving out a 50-67 % wait (its own CPU time also grew 1.3x: a core shared with a burner runs
-slower, which no run-queue counter shows) — hence "within 2x, or says it was contended".
+of its claim. Measured here: with the loop's iterations each cut back to a few times the median
+one, the contended claim was 0.77-1.17x the quiet one (18-22 ms against 17-28 ms; a core shared
+with a burner also runs slower, which no run-queue counter shows); scaled uniformly by the
+runnable share, as before, 24-26 ms against 10.6-12.5 ms.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import subprocess
 import sys
@@ -74,14 +74,12 @@ def test_a_contended_profile_says_so_and_claims_what_a_quiet_one_claims():
         assert 0 < c.wait_us < c.wall_us and c.run_us > 0 and c.others_cpus is not None and c.others_cpus > 1.0
         top = d.findings[0]
         assert (top.rule, top.subject) == ("forloop_indexing", "aten::select → aten::mul")
-        assert top.evidence["contended"] == "scaled" and top.evidence["runnable_share"] == pytest.approx(c.runnable_share, abs=1e-3)
+        # each iteration of the loop is cut back to a few times the median one: the time slices
+        # other processes took, which land whole in single iterations, are left out
+        assert top.evidence["contended"] == "trimmed"
     assert all((d.findings[0].rule, d.findings[0].subject) == ("forloop_indexing", "aten::select → aten::mul") for d in quiet)
-    # the claim leaves the measured waiting out: nearer the quiet claim than the raw time would be
-    # (what remains is what the run queue cannot show: a core shared with a burner runs slower)
+    # the claim leaves the waiting out: within the issue's 2x of the quiet claim (what remains is
+    # what the run queue cannot show: a core shared with a burner runs slower)
     q = statistics.median(d.findings[0].us_at_stake for d in quiet)
-    scaled = statistics.median(d.findings[0].us_at_stake for d in contended)
-    raw = statistics.median(d.findings[0].us_at_stake / d.contention.runnable_share for d in contended)
-    assert abs(math.log(scaled / q)) < abs(math.log(raw / q)), (q, scaled, raw)
-    # the issue's bound: within 2x of the quiet claim, or the run says the CPU was contended (it does, above)
-    within = 0.5 <= scaled / q <= 2.0
-    assert within or all(d.contention.contended for d in contended), (q, scaled)
+    trimmed = statistics.median(d.findings[0].us_at_stake for d in contended)
+    assert 0.5 <= trimmed / q <= 2.0, (q, trimmed)

@@ -194,8 +194,7 @@ def forloop_indexing(ctx: Context) -> list:
         saved = 0.0
         for length, members in runs:
             pos = tree.pos[members]
-            span_ns = float((ctx.trace.start_ns[pos] + ctx.trace.duration_ns[pos]).max() - ctx.trace.start_ns[pos].min())
-            saved += ctx.unprofiled_ns(span_ns, pos) / 1e3 * (1 - 1 / length)
+            saved += ctx.unprofiled_ns(_iterations_ns(ctx, pos, block), pos) / 1e3 * (1 - 1 / length)
         longest = max(runs, key=lambda r: r[0])
         evidence = {
             "iterations": longest[0],
@@ -203,9 +202,24 @@ def forloop_indexing(ctx: Context) -> list:
             "block": list(block),
             "locations": source_of(ctx.trace, tree.pos[longest[1][:1]], limit=1),
         }
-        found.append(ctx.finding("forloop_indexing", None, saved, evidence, subject=" → ".join(block)))
+        found.append(ctx.finding("forloop_indexing", None, saved, evidence, subject=" → ".join(block), trimmed=True))
     found.sort(key=lambda f: -f.us_at_stake)
     return found[:2]
+
+
+def _iterations_ns(ctx: Context, pos: np.ndarray, block: tuple[str, ...]) -> float:
+    """A loop's span (its ops and the Python between them) as the sum of its iterations, each
+    from its first op's start to the next one's, the last to the loop's end. On a contended CPU
+    a preemption lands whole in one iteration (a time slice of milliseconds in microseconds of
+    work): each iteration counts at most a few times the median one (Context.trimmed_ns). A
+    uniform scaling by the runnable share also shrank the iterations never preempted: beside two
+    busy processes the row loop's claim read 0.48x of what vectorising saved."""
+    trace = ctx.trace
+    starts = trace.start_ns[pos]
+    end = float((starts + trace.duration_ns[pos]).max())
+    firsts = starts[:: len(block)].astype(np.float64)  # members are the iterations' ops, in order
+    iterations = np.diff(np.append(firsts, end))
+    return float(ctx.trimmed_ns(iterations, np.zeros(iterations.size, dtype=np.int8), min_calls=3).sum())
 
 
 def vectorisable_loops(ctx: Context) -> dict[tuple[str, ...], list[tuple[int, list[int]]]]:
