@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import neuronscope as ns
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -190,11 +192,19 @@ def test_inference_service_tail_trigger_fires_with_the_self_tests_defaults(tmp_p
     reports = [r.splitlines() for r in out.split("triggered: ")[1:]]
     long = [r for r in reports if "(key 'long')" in r[0]]
     assert len(long) >= 3, out
-    for reason, *causes in long:
-        # the slow path's matmuls explain it; on a loaded machine beside the time the request's
-        # thread waited for a core, which the explanation then names as its own part
-        assert "> p99" in reason
-        assert any("aten::addmm" in c and c.split()[0].startswith("+") for c in causes[:2]), out
+    assert all("> p99" in reason for reason, *_ in long), out
+    # the slow path's matmuls explain the long requests: of the ops, aten::addmm grew most over
+    # the profiled long requests together. (One by one, a capture on a loaded machine can have its
+    # matmuls preempted: the waits are named as their own parts, and once a 0.3 ms cat, preempted,
+    # outgrew what was left of the matmuls in one of three captures.)
+    runs = [ns.load_run(p.parent) for p in (tmp_path / "runs").glob("*/manifest.json")]
+    grew: dict[str, float] = {}
+    for run in runs:
+        if run.trigger is not None and run.trigger.key == "long" and run.explanation is not None:
+            for c in run.explanation.contributions:
+                if c.kind == "op":
+                    grew[c.name] = grew.get(c.name, 0.0) + c.delta_us
+    assert grew and max(grew, key=grew.__getitem__) == "aten::addmm" and grew["aten::addmm"] > 0, (grew, out)
 
 
 def test_inference_service_says_why_too_many_long_requests_trigger_nothing(tmp_path):
