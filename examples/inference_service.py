@@ -26,8 +26,9 @@ Arm it from a shell too: ``neuronscope arm --list``, ``neuronscope arm PID --wai
 ``--self-test`` alone sends 1,050 requests, one in 150 of them long (``--long-every``): rare
 enough to be slower than the p99 of all requests, and seven of them, so that three are profiled
 even when the first long ones come before the trigger knows its threshold (on a busy machine,
-calls that overlap neuronscope's own processing are not timed, and 200 timed calls take longer). (One in 10 would not do: a tenth of the calls
-*is* the slowest percent, so the p99 is a long request's time and none is slower than it.)
+calls that overlap neuronscope's own processing are not timed, and 200 timed calls take
+longer). (One in 10 would not do: a tenth of the calls *is* the slowest percent, so the p99 is
+a long request's time and none is slower than it.)
 
 Point it at Jaeger/Tempo with the standard variables (see examples/observability/):
 OTEL_SERVICE_NAME=llm-api OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 python examples/inference_service.py

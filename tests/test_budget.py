@@ -3,14 +3,16 @@ and when the wake signal may act on the main thread."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import sys
+import threading
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 import neuronscope as ns
 from neuronscope.capture import budget, session, watchdog
+from neuronscope.capture import signals as wake
 from neuronscope.result import Coverage
 
 
@@ -89,17 +91,12 @@ def test_an_action_a_step_takes_lets_the_next_one_signal_again(monkeypatch):
     before the signal lands, the next action (a later window's stop) is signalled too. Before, the
     flag stayed set: every later action waited for a step, and a script past its last step
     never stopped its window."""
-    import threading
-    from types import SimpleNamespace
-
     acted: list[str] = []
     signals: list[int] = []
     rec = SimpleNamespace(
         thread=threading.main_thread().ident, steps_seen=False, pending=None, signalled=False, step=lambda now: None
     )
     capture = SimpleNamespace(recording=rec, all_threads=False, limit_action=acted.append)
-    from neuronscope.capture import signals as wake
-
     monkeypatch.setattr(wake, "wake_main_thread", lambda: signals.append(1))
     monkeypatch.setattr(watchdog, "_watched", [capture])
     watchdog._dispatch(capture, "budget")  # the watchdog: a window's budget is spent
