@@ -55,7 +55,7 @@ class Run:
         self.start_ns: int = 0
         self.end_ns: int = 0
         self.error: str | None = None  #: type name of the exception the profiled code raised
-        self.caller_overhead_ns: int = 0  #: wall time neuronscope spent on the calling thread (torch's start/stop excluded)
+        self.caller_overhead_ns: int = 0  #: wall time neuronscope spent on the calling thread (torch's profiler excluded)
         self.caller_overhead_cpu_ns: int = 0  #: the same as this thread's CPU time (no GIL waits)
         self.error_message: str | None = None  #: its message (capped); the exception itself is not kept
         self.skip_reason: str | None = None  #: why a SKIPPED run was not profiled
@@ -137,7 +137,7 @@ class Run:
         self.capture = replace(self.capture, **facts)
 
     def add_caller_overhead(self, wall_ns: int, cpu_ns: int) -> None:
-        """Time neuronscope spent on the calling thread (torch's own start/stop excluded)."""
+        """Time neuronscope spent on the calling thread (torch's profiler: making it, start, stop, excluded)."""
         self.caller_overhead_ns += wall_ns
         self.caller_overhead_cpu_ns += cpu_ns
 

@@ -23,31 +23,94 @@ def available_memory() -> int | None:
 
 
 # -- CPU contention: did the profiled thread have a CPU while it ran? ----------------------------
+class _ProcFile:
+    """A ``/proc`` file kept open and re-read from its start (``pread``): ~2 us a read where
+    open, read and close cost ~13 us -- and several times that on a busy core, on the profiled
+    thread at each capture's start and end. Opened at the first read; a forked child opens its
+    own (``/proc/self`` is resolved when the file is opened)."""
+
+    __slots__ = ("path", "fd")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = -1
+
+    def read(self, size: int = 256) -> bytes:
+        """The file's first ``size`` bytes; OSError where it cannot be read (its thread ended)."""
+        if self.fd < 0:
+            fd = os.open(self.path, os.O_RDONLY)
+            if self.fd < 0:
+                self.fd = fd
+            else:  # another thread opened it meanwhile
+                os.close(fd)
+        return os.pread(self.fd, size, 0)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
+
+
+def _parse_schedstat(data: bytes) -> tuple[int, int]:
+    fields = data.split()
+    return int(fields[0]), int(fields[1])
+
+
 def read_schedstat(native_tid: int) -> tuple[int, int] | None:
     """(ns on a CPU, ns runnable but waiting for one) of one thread of this process (Linux
     ``/proc/self/task/<tid>/schedstat``; None where there is none)."""
+    if native_tid == threading.get_native_id():
+        return _own_schedstat().read()  # the file kept open
     try:
         with open(f"/proc/self/task/{native_tid}/schedstat", "rb") as f:
-            fields = f.read().split()
-        return int(fields[0]), int(fields[1])
+            return _parse_schedstat(f.read())
     except (OSError, ValueError, IndexError):
         return None
 
 
+#: the schedstat files of the threads Python did not start, kept open while the thread lives
+_pool_files: dict[int, _ProcFile] = {}
+_pool_lock = threading.Lock()
+
+
 def pool_threads_schedstat() -> dict[int, tuple[int, int]]:
     """:func:`read_schedstat` of each thread of this process that Python did not start: the
-    intra-op pool's (OpenMP), which record no events of their own (Linux; {} elsewhere)."""
+    intra-op pool's (OpenMP), which record no events of their own -- and any other library's
+    (an exporter's gRPC threads): their count grows the cost of this read, so their files are
+    kept open (Linux; {} elsewhere)."""
     try:
-        tids = os.listdir("/proc/self/task")
+        tids = {int(name) for name in os.listdir("/proc/self/task")}
     except OSError:
         return {}
     python = {t.native_id for t in threading.enumerate()}
     out: dict[int, tuple[int, int]] = {}
-    for name in tids:
-        tid = int(name)
-        if tid not in python and (stat := read_schedstat(tid)) is not None:
-            out[tid] = stat
+    with _pool_lock:
+        for tid in [t for t in _pool_files if t not in tids or t in python]:
+            _pool_files.pop(tid).close()  # ended (its id may be reused by a new thread)
+        for tid in tids - python:
+            file = _pool_files.get(tid)
+            if file is None:
+                file = _pool_files[tid] = _ProcFile(f"/proc/self/task/{tid}/schedstat")
+            try:
+                out[tid] = _parse_schedstat(file.read(128))
+            except (OSError, ValueError, IndexError):
+                _pool_files.pop(tid).close()
     return out
+
+
+_statm = _ProcFile("/proc/self/statm")
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_rss() -> int | None:
+    """The process's resident memory now, bytes (None where /proc is not there)."""
+    try:
+        return int(_statm.read(128).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _ThreadSchedstat:
@@ -63,12 +126,18 @@ class _ThreadSchedstat:
         except OSError:
             pass
 
+    def read(self) -> tuple[int, int] | None:
+        """(ns on a CPU, ns runnable but waiting for one); None where unreadable."""
+        try:
+            fields = os.pread(self.fd, 128, 0).split()
+            return int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def wait_ns(self) -> int:
         """Nanoseconds the thread was runnable but waited for a core; 0 where unreadable."""
-        try:
-            return int(os.pread(self.fd, 128, 0).split()[1])
-        except (OSError, ValueError, IndexError):
-            return 0
+        stat = self.read()
+        return 0 if stat is None else stat[1]
 
     def __del__(self) -> None:  # the thread ended (its threading.local went) or a fork reset it
         if self.fd >= 0:
@@ -81,19 +150,27 @@ class _ThreadSchedstat:
 _schedstat = threading.local()
 
 
-def core_wait_ns() -> int:
-    """This thread's run-queue wait so far (ns; Linux schedstat, 0 elsewhere)."""
+def _own_schedstat() -> _ThreadSchedstat:
     try:
         stat: _ThreadSchedstat = _schedstat.stat
     except AttributeError:
         stat = _schedstat.stat = _ThreadSchedstat()
-    return stat.wait_ns()
+    return stat
+
+
+def core_wait_ns() -> int:
+    """This thread's run-queue wait so far (ns; Linux schedstat, 0 elsewhere)."""
+    return _own_schedstat().wait_ns()
 
 
 def _forget_schedstat() -> None:
     # a forked child's threads are not its parent's: each opens its own file on its first read
-    global _schedstat
+    global _schedstat, _pool_lock
     _schedstat = threading.local()
+    _pool_lock = threading.Lock()
+    for file in (*_pool_files.values(), _statm, _proc_stat):
+        file.close()
+    _pool_files.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -115,15 +192,18 @@ except ImportError:  # not on this platform: calls are never taken as preempted
     _resource = None  # type: ignore[assignment]
 
 
+_proc_stat = _ProcFile("/proc/stat")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def _machine_busy_ns() -> int | None:
     """CPU time every process has used since boot (``/proc/stat``), ns; None elsewhere."""
     try:
-        with open("/proc/stat", "rb") as f:
-            fields = f.readline().split()[1:]
+        fields = _proc_stat.read().split(b"\n", 1)[0].split()[1:]
         user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
     except (OSError, ValueError):
         return None
-    return (user + nice + system + irq + softirq + steal) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) * 1_000_000_000 // _CLOCK_TICKS
 
 
 def cpu_sample(native_tid: int) -> tuple[int, tuple[int, int] | None, int | None, int]:

@@ -62,8 +62,9 @@ class CaptureSpec(Protocol):
 
 
 class CallerCost:
-    """What neuronscope costs the calling thread, torch.profiler's own start/stop excluded:
-    wall time (includes waiting for the GIL) and this thread's CPU time (does not)."""
+    """What neuronscope costs the calling thread, torch.profiler's own work excluded (making
+    the profiler, its start and stop): wall time (includes waiting for the GIL) and this
+    thread's CPU time (does not)."""
 
     def __init__(self) -> None:
         self.torch_ns = 0  # time inside torch's start/stop (not ours)
@@ -233,14 +234,15 @@ class Capture:
         if config is not None:
             kwargs["experimental_config"] = config
         scheduled = self.spec.schedule is not None
+        activities = backend.activities()
+        usdt.install()  # drops Kineto's USDT start/stop lines from stderr (capture/usdt.py)
+        t0 = CallerCost.now()  # torch's time from here: making its profiler (~40 us warm) and starting it
         prof = torch.profiler.profile(
-            activities=backend.activities(),
+            activities=activities,
             schedule=self.spec.schedule,
             on_trace_ready=self._on_trace_ready if scheduled else None,
             **kwargs,
         )
-        usdt.install()  # drops Kineto's USDT start/stop lines from stderr (capture/usdt.py)
-        t0 = CallerCost.now()
         prof.start()
         wall, cpu = self._cost.since(t0)
         self._cost.torch_ns += wall

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 import torch
 
+from .._system import process_rss
+
 # the markers a capture leaves in the trace
 from ..trace.kinds import MARKER_CAPTURE, MARKER_CAPTURE_END, MARKER_SEGMENT
 
@@ -306,18 +308,6 @@ def innermost() -> "Client | None":
 def open_captures() -> list[Client]:
     with _lock:
         return list(_open)
-
-
-def process_rss() -> int | None:
-    """The process's resident memory now, bytes (None where /proc is not there)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None  # not Linux: the backlog estimates from the duration alone
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _start(capture: Client) -> None:

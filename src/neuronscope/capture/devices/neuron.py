@@ -12,6 +12,7 @@ NEFF/NTFF/runtime files, a ``torch_neuronx.profiling.NeuronConfig`` passed as
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import logging
@@ -156,6 +157,14 @@ def refuse_env_capture() -> None:
             "variables, which must not be combined with torch.profiler capture. Unset NEURON_RT_INSPECT_* to use "
             "profile_neuron, or use `neuronscope run --neuron-inspect script.py` for whole-program capture."
         )
+
+
+@functools.cache
+def _torch_neuronx_installed() -> bool:
+    """Whether ``torch_neuronx`` can be imported, looked up once: a lookup scans every
+    ``sys.path`` entry (50-200 us, more beside busy processes), on the caller's thread at each
+    capture's start. A package installed while the process runs is seen at its next start."""
+    return importlib.util.find_spec("torch_neuronx") is not None
 
 
 def privateuse1_is_neuron() -> bool:
@@ -313,7 +322,7 @@ class NeuronBackend(DeviceBackend):
     @classmethod
     def is_available(cls) -> bool:
         # Cheap checks only: this runs for device="auto" on every capture start.
-        return privateuse1_is_neuron() or importlib.util.find_spec("torch_neuronx") is not None
+        return privateuse1_is_neuron() or "torch_neuronx" in sys.modules or _torch_neuronx_installed()
 
     @classmethod
     def install_hint(cls) -> str:
