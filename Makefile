@@ -43,8 +43,15 @@ lint: install-test
 	$(VENV)/bin/ruff format --check src
 	$(VENV)/bin/mypy
 
+# Two passes: the tests that are not timing claims on TEST_WORKERS processes (pytest-xdist, a
+# file per worker at a time), then the timing claims (@pytest.mark.timing) alone, so that no
+# other test competes with them. Fails if either fails; "no tests" (exit 5) only if both had none.
+TEST_WORKERS ?= 2
 test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not timing" $(PYTEST_ARGS); a=$$?; \
+	$(PY) -m pytest -m timing $(PYTEST_ARGS); b=$$?; \
+	if [ $$a -eq 5 ] && [ $$b -eq 5 ]; then exit 5; fi; \
+	for rc in $$a $$b; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done
 
 clean:
 	rm -rf $(VENV)
