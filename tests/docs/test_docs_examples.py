@@ -65,13 +65,18 @@ def _run_page(page: str | Path, tmp: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def page_runs(request, tmp_path_factory) -> dict[str, Future]:
-    """Start every selected page at once on a small pool (2 cores: ~2x faster than in turn)."""
+    """Start every selected page at once on a small pool (2 cores: ~2x faster than in turn) --
+    one at a time in a pytest-xdist worker (``make test``): the other worker has the other core.
+    Beside two busy processes, two pages at once and the other worker left distributed.md's
+    2-rank job 5+ busy processes for 2 cores: the fast rank lost its core for longer than the
+    slow rank's sleep in 2 of its 8 steps, and no rank was late in 80 % of them."""
     selected = [
         item.callspec.params["page"]
         for item in request.session.items
         if getattr(item, "originalname", None) == "test_page_code_blocks"
     ]
-    pool = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2)))
+    in_xdist_worker = "PYTEST_XDIST_WORKER" in os.environ
+    pool = ThreadPoolExecutor(max_workers=1 if in_xdist_worker else max(2, min(4, os.cpu_count() or 2)))
     request.addfinalizer(lambda: pool.shutdown(wait=True))
     futures = {}
     for page in selected:

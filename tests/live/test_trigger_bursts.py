@@ -12,6 +12,7 @@ import pytest
 
 import math
 import re
+import threading
 import time
 
 import torch
@@ -98,3 +99,29 @@ def test_a_tight_loop_without_a_slowdown_is_watched_and_fires_about_as_a_p99_doe
     # p99 by definition: ~1 % of normal calls are over it, spaced or not (measured here: 1-4
     # firings in 700 tight calls, 0-5 in 700 spaced ones); its own footprint would add dozens
     assert ns.stats()["triggers_fired"] <= 10
+
+
+
+def test_a_call_that_waited_for_a_core_as_long_as_it_ran_slow_is_not_judged_by_its_wall_time(monkeypatch):
+    """Before a call timed by its wall time fires, the thread's run-queue wait since contention
+    was last read (schedstat, faked here) is checked: beside two busy processes, 24 of 1,300
+    ~12 us calls fired on the other processes' time slices while a stale reading said the
+    machine was quiet. Such a call does not fire, and the calls are timed by CPU time after it."""
+    from neuronscope import _system
+
+    fn = ns.profile_neuron(name="held", trigger=ns.SlowCalls())(lambda x: x + 1)
+    calls = fn._self_neuronscope_calls
+    tid = threading.get_native_id()
+    wait_now = [0]
+    monkeypatch.setattr(_system, "read_schedstat", lambda t: (0, wait_now[0]) if t == tid else None)
+    threshold, dt = 20_000.0, 5_100_000  # a 5.1 ms call over a 20 us p99
+
+    calls._sched[tid], calls.contended[0] = (time.monotonic_ns(), 1_000_000), 0
+    wait_now[0] = 1_000_000 + 6_000_000  # held off its core for 6 ms meanwhile
+    assert calls.waited_for_a_core(dt, threshold)
+    assert calls.contended[0] == 1 and calls._sched[tid][1] == wait_now[0]  # read again from here
+
+    calls._sched[tid], calls.contended[0] = (time.monotonic_ns(), 7_000_000), 0
+    wait_now[0] = 7_000_000 + 1_000_000  # 1 ms of waiting explains 1 ms, not 5
+    assert not calls.waited_for_a_core(dt, threshold)
+    assert calls.contended[0] == 0

@@ -127,6 +127,33 @@ class TimedCalls:
                 # the cores' time slices (milliseconds) would stay in the tail for thousands of calls
                 self.state.counts[:] = [0] * len(self.state.counts)
 
+    def waited_for_a_core(self, dt: int, threshold: float) -> bool:
+        """Before a call timed by its wall time fires: whether the calling thread waited for a
+        core, since contention was last read, for as long as the call ran past ``threshold``
+        -- then its excess may be other processes' time slices, not its own. Contention is
+        re-read every 1,024 calls once the threshold is known: a load that came (or a reading
+        that fell between two of the other processes' time slices) would otherwise time a
+        thousand calls by their wall time, and each preempted one would fire (24 of 1,300
+        ~12 us calls beside two busy processes). The calls are then timed by their CPU time
+        until a refresh says otherwise. One schedstat read (~2 us), on a would-be firing only."""
+        tid = threading.get_native_id()
+        last = self._sched.get(tid)
+        stat = _system.read_schedstat(tid)
+        if last is None or stat is None or stat[1] - last[1] < dt - threshold:
+            return False
+        self._sched[tid] = (time.monotonic_ns(), stat[1])
+        self.contended[0] = 1
+        return True
+
+    def held_off_or_fired(self, dt: int, args: Any, kwargs: Any) -> bool:
+        """A call timed by its wall time ran past the threshold: True (not to be timed) when the
+        thread waited for a core as long (:meth:`waited_for_a_core`), else the trigger fires."""
+        threshold = self.state.threshold[0]
+        if self.waited_for_a_core(dt, threshold):
+            return True
+        self.state.slow(dt, args, kwargs)
+        return False
+
     def enabled(self) -> bool:
         return _config.is_enabled() and (self.chosen is None or _ranks.selected(self.chosen))
 
@@ -380,8 +407,8 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
         dt = now() - t0
         if busy[0]:
             return result  # the workers started meanwhile: not measurable
-        if dt > threshold[0]:
-            state.slow(dt, args, kwargs)
+        if dt > threshold[0] and calls.held_off_or_fired(dt, args, kwargs):
+            return result  # the load's time, perhaps: not timed (calls.contended is set now)
         b = (dt | 16).bit_length()
         counts[(b << 3) | ((dt >> (b - 4)) & 7)] += 1
         if not timed() & calls.mask:
@@ -403,4 +430,5 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
         return result
 
     sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined]  # for tests and debugging
+    sync_wrapper._self_neuronscope_calls = calls  # type: ignore[attr-defined]  # how its calls are timed now
     return type(func)(sync_wrapper) if isinstance(func, (classmethod, staticmethod)) else sync_wrapper
