@@ -129,8 +129,7 @@ class _ThreadSchedstat:
     def read(self) -> tuple[int, int] | None:
         """(ns on a CPU, ns runnable but waiting for one); None where unreadable."""
         try:
-            fields = os.pread(self.fd, 128, 0).split()
-            return int(fields[0]), int(fields[1])
+            return _parse_schedstat(os.pread(self.fd, 128, 0))
         except (OSError, ValueError, IndexError):
             return None
 
