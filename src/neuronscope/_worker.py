@@ -25,7 +25,9 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
+from typing import Any
 
 __all__ = [
     "KINETO_BYTES_PER_EVENT",
@@ -37,6 +39,7 @@ __all__ = [
     "output_worker",
     "gc_ns_here",
     "track_gc",
+    "when_idle",
 ]
 
 log = logging.getLogger("neuronscope")
@@ -55,6 +58,24 @@ DEFAULT_MAX_PENDING_BYTES = 256 * 1024**2
 #: them by its own thread's CPU time (our own processing competes for the GIL and would look
 #: like a slowdown; capture/triggers.py)
 busy: list[int] = [0]
+#: what to tell when the workers go idle (``busy`` back to 0): each triggered function's
+#: TimedCalls, by weak reference (capture/timed.py: its next calls pay for what the workers
+#: left in the caches and are not timed)
+_idle_listeners: list[weakref.ref[Any]] = []
+
+
+def when_idle(listener: Any) -> None:
+    """Call ``listener.workers_went_idle()`` (on a worker thread) each time the workers go idle,
+    for as long as ``listener`` lives."""
+    _idle_listeners[:] = [ref for ref in _idle_listeners if ref() is not None]
+    _idle_listeners.append(weakref.ref(listener))
+
+
+def _went_idle() -> None:
+    for ref in _idle_listeners[:]:  # a copy: a decoration on another thread may append meanwhile
+        listener = ref()
+        if listener is not None:
+            listener.workers_went_idle()
 
 
 class Worker:
@@ -116,6 +137,8 @@ class Worker:
                 with self._idle:
                     self._pending -= 1
                     busy[0] -= 1
+                    if not busy[0]:
+                        _went_idle()  # before a flush() returns
                     self._idle.notify_all()
 
 

@@ -29,7 +29,8 @@ are compared with calls that overlapped our work. A call blocked on the device (
 timed by its CPU time alone while the workers run: its device wait can then not fire it (an async
 call: its steps' CPU time, capture/timed.py's ``_OwnTime``). A call during which the workers
 started is skipped (one per profile), and so are the first calls after a profiled one, which
-pay the profiler's teardown (capture/timed.py's ``SETTLING_CALLS``).
+pay the profiler's teardown (capture/timed.py's ``SETTLING_CALLS``), and the first calls after
+the workers finish, which run in the caches the workers just used (``AFTER_WORKERS_CALLS``).
 
 Other processes holding the cores (a loaded machine, read from the calling thread's run-queue
 wait over at least 20 ms; the calls timed by wall before the first reading said so are dropped)
