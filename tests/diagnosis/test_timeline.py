@@ -65,6 +65,27 @@ def test_every_gap_class_on_a_device_trace():
     assert data_gap.before == "k" and data_gap.after == "k"
 
 
+def test_a_gap_part_python_part_data_loading_is_split_between_them():
+    """The step's own Python (a sleep here) then the DataLoader's wait, in one gap: each part
+    has its own class, not the one that covers half (before: all 591 us host_wait; in a real
+    loop, the first item's load of every step went to host_wait, 24 of 96 ms)."""
+    b = TraceBuilder("cuda")
+    b.window(0, 1000)
+    k = b.op("aten::mul", 0, 10)
+    b.launch(k, 2, 5, kernel_at=10, kernel_us=100)  # K1 [10, 110)
+    b.region("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 500, 200)
+    k = b.op("aten::mul", 700, 5)
+    b.launch(k, 701, 3, kernel_at=710, kernel_us=290)  # the gap [110, 710), launched at 701
+    d = diagnose_trace(b.build(), serial=1)
+    # by hand: host [110, 500), data [500, 701) (the 1 us after the region is no piece of its
+    # own), then the launch latency [701, 710); and [0, 10) before the first kernel
+    assert d.idle_us_by_class == pytest.approx(
+        {"host_wait": 390, "launch": 10 + 9, "sync": 0, "data": 201, "compile": 0, "stream_wait": 0}
+    )
+    assert d.bound_by == "host"
+    assert [(g.duration_us, g.cls) for g in d.gaps.top] == [(390, "host_wait"), (201, "data")]
+
+
 def stream_wait_trace() -> TraceBuilder:
     """The SGLang decode shape: kernels launched 40 us into a long device gap, the stream told
     to wait on an event, the host then blocked in a synchronous copy until the device ran."""
