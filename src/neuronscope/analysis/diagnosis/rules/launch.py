@@ -52,11 +52,8 @@ def launch_bound_loop(ctx: Context) -> list:
 
         us_, ue_ = union(loops_s, loops_e)
         launch_ns -= int(overlap_with(tl.gap_s[launch], tl.gap_e[launch], us_, ue_).sum())
-    # under CPU contention the window is longer by the time the thread waited for a core (the
-    # launch gaps themselves are short: a preempted one is a long host_wait gap instead)
-    c = ctx.contention
-    window_ns = tl.window_ns * (1 - c.wait_us / c.wall_us) if c is not None and c.contended and c.wall_us > 0 else tl.window_ns
-    share = launch_ns / max(window_ns, 1)
+    # the launch gaps themselves are short (a preempted one is a long host_wait gap instead)
+    share = launch_ns / max(ctx.quiet_window_ns, 1)
     if tl.mode == "device":
         from ....trace.kinds import EventKind
 

@@ -338,7 +338,7 @@ def optimizer_single_tensor(ctx: Context) -> list:
             "kernel per tensor saves (per tensor: the update ops' full-size reads and writes against one read of "
             "each state and one write)"
         )
-    if steps and saving < _OPTIMIZER_MIN_SHARE * ctx.timeline.window_ns / 1e3:
+    if steps and saving < _OPTIMIZER_MIN_SHARE * ctx.quiet_window_ns / 1e3:
         return []  # a few tensors: the fix would save next to nothing
     return [ctx.finding("optimizer_single_tensor", None, saving, evidence, subject="/".join(names), trimmed=True)]
 
