@@ -88,7 +88,7 @@ class Run:
 
     def publish_analysis(self, analysis: Analysis) -> None:
         """The whole analysis (stage 2): ``run.diagnosis``, ``run.memory`` and ``run.coverage`` stop waiting."""
-        self._analysis = analysis = _as_saved(analysis)
+        self._analysis = analysis
         self._summary, self._trace = analysis.summary, analysis.trace
         self._summarised.set()
         self._diagnosed.set()
@@ -97,7 +97,7 @@ class Run:
         """The final product: the run is done (``status`` from the result)."""
         self._result = result
         if result.analysis is not None:
-            self._analysis = _as_saved(result.analysis)
+            self._analysis = result.analysis
             self._summary, self._trace = result.analysis.summary, result.analysis.trace
         self.finish(result.status)
 
@@ -341,13 +341,3 @@ class Run:
         path = self._result.path if self._result is not None else None
         where = f" path={str(path)!r}" if path else ""
         return f"<neuronscope.Run name={self.name!r} device={self.device!r} status={self.status}{where}>"
-
-
-def _as_saved(analysis: Analysis) -> Analysis:
-    """The analysis with its diagnosis as summary.json holds it (its figures rounded as the JSON
-    writes them): what ``print(run.diagnosis)`` says is what a report of the saved run says
-    (a busy share of 94.496 % read "94%" live and "95%" from the saved 94.5)."""
-    d = analysis.diagnosis
-    if d is None:
-        return analysis
-    return replace(analysis, diagnosis=type(d).from_dict(d.to_dict()))

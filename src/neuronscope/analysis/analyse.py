@@ -279,7 +279,7 @@ def analyse(trace: Trace, options: AnalyseOptions | None = None) -> Analysis:
     return Analysis(
         trace=trace,
         summary=summary,
-        diagnosis=diagnosis,
+        diagnosis=None if diagnosis is None else diagnosis.as_saved(),
         memory=memory,
         rank_profile=rank_profile,
         device=options.device,
@@ -299,7 +299,7 @@ def with_device_facts(analysis: Analysis, extra: DeviceFacts, *, warnings: tuple
         summary = replace(summary, notes=summary.notes + extra.notes, warnings=warnings)
     diagnosis = analysis.diagnosis
     if diagnosis is not None:
-        diagnosis = diagnosis_with_facts(diagnosis, device.manifest)  # Explorer's insights
+        diagnosis = diagnosis_with_facts(diagnosis, device.manifest).as_saved()  # Explorer's insights
     return replace(analysis, summary=summary, diagnosis=diagnosis, device=device, warnings=warnings)
 
 
