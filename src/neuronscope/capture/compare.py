@@ -356,7 +356,7 @@ def _time_all(
             if rounds >= MIN_ROUNDS:
                 if quick or time.perf_counter() - started >= max_time_s:
                     break
-                if all(median_interval(v.samples, confidence).half_width_pct <= PRECISION_PCT for v in live):
+                if all(median_interval(v.samples, confidence, v.per_turn).half_width_pct <= PRECISION_PCT for v in live):
                     break
     except Exception as exc:  # noqa: BLE001 - a variant that fails only now: marked, the whole rounds so far kept
         current.error = f"{type(exc).__name__}: {exc} (while timed)"
@@ -461,7 +461,7 @@ def _comparison(
     notes: list[str],
 ) -> Comparison:
     limits = _limits(states, backend) if work is not None else None
-    intervals = {v.name: median_interval(v.samples, confidence) for v in states if v.error is None and v.samples}
+    intervals = {v.name: median_interval(v.samples, confidence, v.per_turn) for v in states if v.error is None and v.samples}
     base = states[0]
     results = [_result(v, base, intervals, work, limits, steps) for v in states]
     return Comparison(
