@@ -487,7 +487,7 @@ def fold_diagnoses(
         memory_line=memory_lines[-1] if memory_lines else None,
         communication=_fold_communication(recorded, window_us),
         contention=contention,
-    ).as_saved()
+    )
 
 
 def _overlap_note(steps: Steps | None, timed: TimedSteps | None) -> list[str]:

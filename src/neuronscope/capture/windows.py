@@ -329,7 +329,9 @@ class WindowedRun:
         rec = self.recording
         timed = rec.steps.timed()
         # the run's steps (every step timed, recorded or not) on the running fold: one part, no re-fold
-        diagnosis = fold_diagnoses([running], timed=timed if timed.count else None, window_indexes=[0], summary=summary)
+        diagnosis = fold_diagnoses(
+            [running], timed=timed if timed.count else None, window_indexes=[0], summary=summary
+        ).as_saved()  # as summary.json will hold it (Diagnosis.as_saved)
         added_ns, basis = rec.overhead.measured()
         coverage = Coverage(
             wall_ns=max(end_ns - start_ns, 0),
