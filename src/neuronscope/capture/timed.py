@@ -105,14 +105,10 @@ class TimedCalls:
 
     def refresh(self) -> None:
         # every 16 calls (or fewer, for a small min_calls) until the threshold is known, then
-        # every 1024 (sooner at first, below): re-reading the histogram is ~10 us, kept off nearly every call
+        # every 1024: re-reading the histogram is ~10 us, kept off nearly every call
         self.state.refresh()
-        total = self.state.total
-        if total >= self.trig.min_calls:
-            # then as often as the calls double, up to every 1024: a quantile read from the first
-            # min_calls calls is a coarse one (the p99 of 100 calls is their largest but one), and
-            # kept for 1,024 calls it let 2-3 % of them past it beside two busy processes
-            self.mask = min(REFRESH_MASK_SETTLED, (1 << total.bit_length()) - 1)
+        if self.state.total >= self.trig.min_calls:
+            self.mask = REFRESH_MASK_SETTLED
         self._check_contention()
 
     def _check_contention(self) -> None:
