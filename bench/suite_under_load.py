@@ -51,6 +51,12 @@ def main() -> int:
     ap.add_argument("--keep-logs", type=Path, default=None, help="write each run's output here")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    # the real-trace corpus sits beside this checkout (../shared), not beside the clone: without
+    # this its ~230 tests would skip; and as in .ci/run, a missing corpus then fails them
+    corpus = Path(env.get("NEURONSCOPE_REAL_TRACES") or ROOT.parent / "shared" / "real-traces")
+    if corpus.is_dir():
+        env["NEURONSCOPE_REAL_TRACES"] = str(corpus.resolve())
+        env["NEURONSCOPE_REQUIRE_REAL_TRACES"] = "1"
     results = []
     with tempfile.TemporaryDirectory(prefix="suite-under-load-") as tmp:
         clone = Path(tmp) / "clone"
