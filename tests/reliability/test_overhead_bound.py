@@ -32,6 +32,9 @@ def _train(out, overhead: float | None, steps: int = 300):
     return run, json.loads((run.path / "windows.json").read_text())
 
 
+@pytest.mark.timing  # the bound bites on measured step times: beside another test process and two
+# burners the bounded run once measured 0 added (its untouched steps' median >= its recorded
+# steps' mean) and recorded as many steps as the free run (84 of 120 each); cause not found yet
 def test_a_tight_bound_pauses_between_windows_and_says_what_it_cost(tmp_path):
     # 120 steps: ~40 windows of 3 without a bound, each waiting for the last one's analysis (300
     # steps took 120-181 s of the suite)
