@@ -10,6 +10,7 @@ import random
 import statistics
 import subprocess
 import sys
+import re
 import time
 from pathlib import Path
 
@@ -121,6 +122,26 @@ def test_two_identical_variants_show_no_significant_difference():
     assert c["b"].step.overlaps(c["a"].step) and not c["b"].significant
     low, point, high = c["b"].speedup[1], c["b"].speedup[0], c["b"].speedup[2]
     assert low <= 1 <= high and low <= point <= high
+
+
+def test_a_variant_slowed_during_its_warm_up_is_timed_in_blocks_like_its_twin():
+    """Blocks are sized by the fastest settled warm-up call: two calls of a slowed warm-up (load,
+    here a 3 ms sleep) do not make its samples 1 call long while its twin's are hundreds long --
+    samples so unlike meet load unequally (beside two burners: "6.01x slower" for identical
+    functions)."""
+    x = torch.randn(64, 64)
+    calls = [0]
+
+    def warmed_slowly(t: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] <= 2:
+            time.sleep(0.003)
+        return t + 1
+
+    c = ns.compare({"twin": lambda t: t + 1, "slowed": warmed_slowly}, x, profile=False, max_time_s=0.5)
+    # the footnote: "each variant's turn an untimed call then samples x calls: twin 10x400, ..."
+    inner = {name: int(n) for name, n in re.findall(r"(twin|slowed) \d+x(\d+)", str(c))}
+    assert set(inner) == {"twin", "slowed"} and inner["slowed"] >= inner["twin"] / 2, str(c)
 
 
 def test_a_variant_with_a_wrong_result_is_marked_and_never_a_win():
