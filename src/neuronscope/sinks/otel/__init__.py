@@ -20,6 +20,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from ... import _env
 from . import bounded
 from . import metrics as _metrics
 from . import providers as _providers
@@ -108,9 +109,27 @@ def _prepare() -> None:
         from .service import note_caller_module
 
         note_caller_module()  # unnamed, the service is named after the profiled code's module
-        bounded.submit(_providers.resolve_providers, _settings)
+        _finish_before_threads_stop(bounded.submit(_providers.resolve_providers, _settings))
     else:  # the application's providers: keep the exit handler ahead of theirs (exit_handler_first)
         _providers.note_providers_in_use(_settings)
+
+
+def _finish_before_threads_stop(job: Any) -> None:
+    """At exit, let the providers' build (on the helper thread) finish before Python's threads
+    stop taking work: building them detects the resource on a ThreadPoolExecutor, which refuses
+    new work once the main thread has ended ("cannot schedule new futures after interpreter
+    shutdown": beside two busy processes a script that ended right after its profile lost its
+    export so). Hooks given to threading's exit run before ``concurrent.futures``' own when
+    registered after it, and before any atexit handler. Bounded by the exit flush's timeout."""
+    import concurrent.futures.thread  # noqa: F401 - its exit hook is registered first, so runs after ours
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is None or job.done.is_set():
+        return
+    try:
+        register(lambda: job.done.wait(_env.EXIT_FLUSH_TIMEOUT.get(lenient=True)))
+    except RuntimeError:  # threading's exit has begun: too late to wait
+        pass
 
 
 def _providers_to_flush() -> list[Any]:
