@@ -79,9 +79,8 @@ def _order_rank(m: int, confidence: float) -> tuple[int, float]:
     return best, coverage
 
 
-def _side_autocorrelation(samples: Sequence[float], median: float) -> float:
+def _side_autocorrelation(flags: Sequence[float]) -> float:
     """Lag-1 autocorrelation of the sequence of 'above the median' flags (0 when undefined)."""
-    flags = [1.0 if x > median else 0.0 for x in samples]
     n = len(flags)
     if n < 3:
         return 0.0
@@ -92,16 +91,16 @@ def _side_autocorrelation(samples: Sequence[float], median: float) -> float:
     return sum((flags[i] - mean) * (flags[i + 1] - mean) for i in range(n - 1)) / var
 
 
-def _turn_correlation(samples: Sequence[float], median: float, turn: int) -> float:
+def _turn_correlation(flags: Sequence[float], turn: int) -> float:
     """Intra-class correlation of the 'above the median' flags within consecutive turns of
     ``turn`` samples (one-way ANOVA estimate; 0 when undefined or negative)."""
-    flags = [1.0 if x > median else 0.0 for x in samples]
     groups = [flags[i : i + turn] for i in range(0, len(flags) - turn + 1, turn)]
     if turn < 2 or len(groups) < 2:
         return 0.0
-    mean = sum(map(sum, groups)) / (len(groups) * turn)
-    between = turn * sum((sum(g) / turn - mean) ** 2 for g in groups) / (len(groups) - 1)
-    within = sum((f - sum(g) / turn) ** 2 for g in groups for f in g) / (len(groups) * (turn - 1))
+    means = [sum(g) / turn for g in groups]
+    mean = sum(means) / len(groups)
+    between = turn * sum((m - mean) ** 2 for m in means) / (len(groups) - 1)
+    within = sum((f - m) ** 2 for g, m in zip(groups, means) for f in g) / (len(groups) * (turn - 1))
     if between + (turn - 1) * within <= 0:
         return 0.0
     return max((between - within) / (between + (turn - 1) * within), 0.0)
@@ -123,10 +122,11 @@ def median_interval(samples: Sequence[float], confidence: float = 0.95, turn: in
     xs = sorted(samples)
     n = len(xs)
     median = statistics.median(xs)
-    r = _side_autocorrelation(samples, median)
+    flags = [1.0 if x > median else 0.0 for x in samples]
+    r = _side_autocorrelation(flags)
     n_eff = n * (1.0 - r) / (1.0 + r) if r > 0 else float(n)
     if turn > 1:
-        n_eff = min(n_eff, n / (1.0 + (turn - 1) * _turn_correlation(samples, median, turn)))
+        n_eff = min(n_eff, n / (1.0 + (turn - 1) * _turn_correlation(flags, turn)))
     m = max(1, min(n, math.floor(n_eff)))
     k, coverage = _order_rank(m, confidence)
     # k of m effective samples is the same quantile as k * n / m of the n real ones

@@ -318,9 +318,10 @@ def _cut_at_data(
     s: np.ndarray, e: np.ndarray, ds: np.ndarray, de: np.ndarray, threshold_ns: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The host pieces ``[s, e)`` (sorted, disjoint) cut where a data-loading region of at least
-    ``threshold_ns`` starts or ends inside one, at least ``threshold_ns`` from its ends: a step's Python (or sleep) followed by the
-    DataLoader's wait is two pieces, data and host, not one classed by whichever covers half of
-    it (the first item's load fell into the step's host time: 24 of 96 ms in 6 steps, measured)."""
+    ``threshold_ns`` starts or ends inside one, at least ``threshold_ns`` from its ends: a step's
+    Python (or sleep) followed by the DataLoader's wait is two pieces, data and host, not one
+    classed by whichever covers half of it (the first item's load fell into the step's host
+    time: 24 of 96 ms in 6 steps, measured)."""
     big = (de - ds) >= threshold_ns
     if not s.size or not big.any():
         return s, e

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -114,6 +115,11 @@ def _prepare() -> None:
         _providers.note_providers_in_use(_settings)
 
 
+#: the latest build of our providers (a bounded job), waited for at threading's exit; and
+#: whether that wait is registered (once a process, however often configure() runs)
+_build: list[Any] = [None, False]
+
+
 def _finish_before_threads_stop(job: Any) -> None:
     """At exit, let the providers' build (on the helper thread) finish before Python's threads
     stop taking work: building them detects the resource on a ThreadPoolExecutor, which refuses
@@ -121,15 +127,32 @@ def _finish_before_threads_stop(job: Any) -> None:
     shutdown": beside two busy processes a script that ended right after its profile lost its
     export so). Hooks given to threading's exit run before ``concurrent.futures``' own when
     registered after it, and before any atexit handler. Bounded by the exit flush's timeout."""
+    _build[0] = job
+    register = getattr(threading, "_register_atexit", None)
+    if _build[1] or register is None:
+        return
     import concurrent.futures.thread  # noqa: F401 - its exit hook is registered first, so runs after ours
 
-    register = getattr(threading, "_register_atexit", None)
-    if register is None or job.done.is_set():
-        return
     try:
-        register(lambda: job.done.wait(_env.EXIT_FLUSH_TIMEOUT.get(lenient=True)))
+        register(_wait_for_build)
+        _build[1] = True
     except RuntimeError:  # threading's exit has begun: too late to wait
         pass
+
+
+def _wait_for_build() -> None:
+    job = _build[0]
+    if job is not None:
+        job.done.wait(_env.EXIT_FLUSH_TIMEOUT.get(lenient=True))
+
+
+def _forget_build_after_fork() -> None:
+    # a forked child has no helper thread: its parent's pending build would never finish there
+    _build[0] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_build_after_fork)
 
 
 def _providers_to_flush() -> list[Any]:
