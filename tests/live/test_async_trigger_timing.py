@@ -68,8 +68,11 @@ def test_async_slow_calls_fire_on_a_core_shared_with_two_burners(tmp_path, gap_m
             burner.wait()
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    # the premise: the loop's thread waited for its core (the trigger reads >= 5 % as contended)
-    assert seen["wait_share"] >= 0.05 and seen["contended"], seen
+    # the premise: the loop's thread waited for its core, and the trigger read it so (>= 5 % of
+    # the time since its last reading) for some of the run -- not necessarily at the end: a
+    # thread that sleeps 2 ms between calls is let back on its core at once (on CI the last
+    # reading of a run with 17.8 % waited was under 5 %, rightly: it then timed wall times)
+    assert seen["wait_share"] >= 0.05 and seen["contended_calls"] > 0, seen
     assert seen["outer_is_coroutine"], seen  # the decorated call still returns a real coroutine
 
     runs = [ns.load_run(p.parent) for p in sorted((tmp_path / "runs").glob("*/manifest.json"))]
