@@ -154,3 +154,34 @@ def test_the_first_window_estimate_leaves_out_barrier_spins_and_keeps_the_memory
     # memory really held past set-up is a floor, whatever the CPU says
     rss["now"] += 3000 * budget.RECORDING_BYTES_PER_EVENT
     assert rec.session_events(now) >= 3000
+
+
+def test_each_pause_of_a_bounded_run_holds_its_own_baseline_steps(monkeypatch):
+    """Windows(overhead=...) takes its baseline in every pause: QUIET_NEEDED untouched steps
+    after each window, not once in the run. Counted once, a slow spell of 5 untouched steps (64 ms
+    each, beside two busy processes) made the baseline, the windows then cost "0", and the bound
+    stopped pausing: 84 of 120 steps recorded, as many as without it."""
+    monkeypatch.setattr(budget._worker.backlog, "over_budget", lambda: False)
+    rec = budget.Recording(type("C", (), {"name": "paused"})(), budget.Limits(), ns.Windows(steps=3, overhead=0.5))
+    ms = 1_000_000
+    now = 0
+
+    def steps(n: int, each_ms: int) -> None:
+        nonlocal now
+        for _ in range(n):
+            now += each_ms * ms
+            rec.step(now)
+
+    steps(3, 2)  # the first window: recording
+    rec.session_ended(now, "window")
+    steps(1, 2)  # the step it stopped in: touched
+    steps(5, 64)  # a slow spell of untouched steps: the baseline, the windows "cost nothing"
+    assert rec.overhead.measured() == (0, "steps") and rec.ready_for_next(now)
+    rec.session_started_now(now)  # the second window
+    steps(3, 2)
+    rec.session_ended(now, "window")
+    steps(1, 2)
+    for _ in range(budget.Overhead.QUIET_NEEDED):  # within the bound, but this pause has no baseline yet
+        assert not rec.ready_for_next(now)
+        steps(1, 2)
+    assert rec.ready_for_next(now)

@@ -126,6 +126,11 @@ class Overhead:
 
     def __init__(self) -> None:
         self.quiet: deque[float] = deque(maxlen=255)  #: recent untouched steps, us
+        #: untouched steps since the last window ended: each pause holds QUIET_NEEDED of them, so
+        #: the baseline keeps being taken as the load changes (counting the run's, a bound set
+        #: beside busy processes stopped pausing once 5 steps of a slow spell made the baseline
+        #: and the windows cost "0": it recorded 84 of 120 steps, as many as no bound)
+        self.quiet_in_pause = 0
         self.touched_us = 0.0
         self.touched = 0
         self.stops_and_analysis_ns = 0
@@ -136,6 +141,10 @@ class Overhead:
             self.touched += 1
         else:
             self.quiet.append(us)
+            self.quiet_in_pause += 1
+
+    def window_started(self) -> None:
+        self.quiet_in_pause = 0
 
     def add(self, ns: int) -> None:
         self.stops_and_analysis_ns += max(ns, 0)
@@ -372,7 +381,7 @@ class Recording:
         share = self.windows.overhead if self.windows is not None else None
         if share is None:
             return True
-        if self.steps.count > 0 and len(self.overhead.quiet) < Overhead.QUIET_NEEDED:
+        if self.steps.count > 0 and self.overhead.quiet_in_pause < Overhead.QUIET_NEEDED:
             return False
         added, _ = self.overhead.measured()
         return added <= share * max(now - self.started, 0)
@@ -397,6 +406,7 @@ class Recording:
             self.session_pool_started = {} if calibrated else _system.pool_threads_schedstat()
             self.window_steps = 0
             self.window_index += 1
+            self.overhead.window_started()
 
     def step(self, now: int) -> str | None:
         """One step ended (on the stepping thread): the action due at this step, if any.
