@@ -161,6 +161,10 @@ def test_a_variant_whose_whole_warm_up_was_slowed_is_sized_again_by_its_timed_ca
     slowed, twin = c["slowed"], c["twin"]
     assert slowed.warmup_calls <= 6 and slowed.first_call_s >= 0.003  # the premise: no warm-up call was fast
     assert slowed.calls_per_sample >= twin.calls_per_sample / 2, str(c)
+    # the rounds timed before are dropped, and said so: every call is accounted for
+    assert slowed.discarded_calls > 0 and "sized again" in str(c) and f"slowed {slowed.discarded_calls} calls" in str(c)
+    per_round = 1 + slowed.samples_per_round * slowed.calls_per_sample  # an untimed call, then the samples
+    assert calls[0] == slowed.warmup_calls + 1 + c.rounds * per_round + slowed.discarded_calls
 
 
 def test_a_variant_with_a_wrong_result_is_marked_and_never_a_win():

@@ -269,3 +269,28 @@ def test_methods_keep_working_with_a_trigger():
     s.run(1)
     (run,) = req.wait(30)
     assert run.trigger.kind == "arm" and run.status == "complete"
+
+
+def test_a_call_slow_by_what_it_waits_on_fires_on_a_loaded_machine(_isolated_runs, monkeypatch):
+    """On a loaded machine calls are timed by their own CPU time; one past the threshold by its
+    wall time counts that wall time less its thread's waits for a core: its own wait (a sleep
+    here: a database, a lock, the device) is its time. Timed by its CPU time alone, a 30 ms sleep
+    behind an SLO of 15 ms never fired beside two CPU burners. Any wait reads as contended here."""
+    from neuronscope.capture import timed
+
+    monkeypatch.setattr(timed, "CONTENDED_WAIT_SHARE", 0.0)
+
+    @ns.profile_neuron(name="waits", trigger=ns.SlowCalls(slo_ms=15, min_calls=10, capture=1, max_per_hour=1))
+    def handler(wait_s: float) -> int:
+        time.sleep(wait_s)
+        return 1
+
+    for _ in range(48):  # past 20 ms of calls, a refresh reads the thread as contended
+        handler(0.001)
+    fired = 0
+    for _ in range(5):
+        handler(0.03)
+        fired = ns.stats()["triggers_fired"]
+        if fired:
+            break
+    assert fired == 1, ns.stats()

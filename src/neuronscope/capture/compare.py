@@ -98,6 +98,8 @@ class _Variant:
     inner: int = 1  #: calls a sample times
     per_turn: int = 1  #: samples a turn takes, back to back
     samples: list[float] = field(default_factory=list)
+    #: calls of the rounds dropped when the samples were sized again (_sized_again): in no sample
+    discarded_calls: int = 0
     run: Run | None = None
 
 
@@ -365,11 +367,9 @@ def _time_all(
                     current.call()  # untimed: another variant ran last
                 current.samples += [_timed_block(current, sync) for _ in range(current.per_turn)]
             rounds += 1
-            if not quick and rounds < MIN_ROUNDS and resizes < MAX_RESIZES and _resized(live):
+            if not quick and rounds < MIN_ROUNDS and resizes < MAX_RESIZES and _sized_again(live, rounds):
                 resizes += 1  # the rounds so far timed samples of other sizes: start again
                 rounds = 0
-                for v in live:
-                    v.samples.clear()
                 continue
             if rounds >= MIN_ROUNDS:
                 if quick or time.perf_counter() - started >= max_time_s:
@@ -390,19 +390,22 @@ def _size(v: _Variant) -> None:
     v.per_turn = max(1, round(TURN_S / (v.inner * call_s))) if call_s > 0 else 1
 
 
-def _resized(live: list[_Variant]) -> bool:
-    """Re-sizes each variant whose samples ran under half its fastest warm-up call: load only adds
-    time, and a warm-up wholly under a burst of it (three calls of 13 ms or more for a 170 us one,
-    on CI beside the other test process) sized its samples at 1 call where its twin's were 12,
-    which load then hit unequally ("1.57x slower" for identical functions); True if any was."""
-    changed = False
+def _sized_again(live: list[_Variant], rounds: int) -> bool:
+    """Sizes again each variant whose samples ran under half its fastest warm-up call, the
+    ``rounds`` so far dropped (their calls counted in ``discarded_calls``): load only adds time,
+    and a warm-up wholly under a burst of it (three calls of 13 ms or more for a 170 us one, on
+    CI beside the other test process) sized its samples at 1 call where its twin's were 12,
+    which load then hit unequally ("1.57x slower" for identical functions). True if any was."""
+    faster = {v.name: min(v.samples) for v in live if v.samples and min(v.samples) < v.fastest_s / RESIZE_RATIO}
+    if not faster:
+        return False
     for v in live:
-        fastest = min(v.samples, default=math.inf)
-        if fastest < v.fastest_s / RESIZE_RATIO:
-            v.fastest_s = fastest
+        v.discarded_calls += len(v.samples) * v.inner + (rounds if len(live) > 1 else 0)
+        v.samples.clear()
+        if v.name in faster:
+            v.fastest_s = faster[v.name]
             _size(v)
-            changed = True
-    return changed
+    return True
 
 
 def _timed_block(v: _Variant, sync: Callable[[], None]) -> float:
@@ -464,6 +467,12 @@ def _notes(states: list[_Variant], profiled_timing: bool) -> list[str]:
         notes.append(
             f"a profiler was running while the variants were timed (an enclosing profile): the times include its cost, "
             f"and only {MIN_ROUNDS} rounds of one call each were timed"
+        )
+    discarded = {v.name: v.discarded_calls for v in states if v.discarded_calls}
+    if discarded:
+        notes.append(
+            "samples sized again after the first rounds (a sample ran under half the fastest warm-up call: load during "
+            "the warm-up); those rounds were dropped: " + ", ".join(f"{name} {n} calls" for name, n in discarded.items())
         )
     for v in states:
         if v.error is None and not v.settled:
@@ -536,6 +545,7 @@ def _result(
         samples=tuple(v.samples),
         calls_per_sample=v.inner,
         samples_per_round=v.per_turn,
+        discarded_calls=v.discarded_calls,
         speedup=ratio,
         error=v.error,
         mismatch=v.mismatch,

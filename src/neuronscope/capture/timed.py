@@ -5,7 +5,9 @@ profile's own capture (capture/wrappers.py's ``CallProfiler.start``).
 
 The synchronous wrapper is a plain closure over locals (~0.08 us a call by itself,
 bench/bench_trigger_overhead.py); a call that overlaps neuronscope's workers, or runs while other
-processes hold the cores, is timed by its own thread's CPU time (capture/triggers.py's module doc).
+processes hold the cores, is timed by its own thread's CPU time (capture/triggers.py's module doc)
+-- under the other processes' load, one past the threshold by its wall time by that wall time
+less its thread's waits for a core, if that is more.
 
 An ``async def`` call is timed by its wall time -- awaited I/O included. While other processes
 hold the cores (read on the event loop's thread) it is timed as a quiet machine would time it
@@ -248,6 +250,16 @@ def _clocks() -> tuple[int, int]:
     return time.thread_time_ns(), _worker.gc_ns_here()
 
 
+def _own_time_under_load(dt: int, before: tuple[int, int], waited: int, threshold: float) -> int:
+    """A call's own time while other processes hold the cores: its CPU time; past ``threshold`` by
+    its wall time ``dt``, that wall time less its thread's waits for a core since ``waited``, if
+    more -- what it waited on (I/O, a lock, the device) is its own time."""
+    own = dt - _lost_to_workers(dt, before)
+    if dt > threshold:
+        own = max(own, dt - (_system.core_wait_ns() - waited))
+    return own
+
+
 def _lost_to_workers(dt: int, before: tuple[int, int]) -> int:
     """What a call of wall time ``dt`` since ``before`` did not spend running its own code on
     its thread (module doc): the call then counts as its own CPU time, collections excluded."""
@@ -390,7 +402,7 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
     overlapped, settling = calls.observe_overlapped, calls.settling
     trivial = policy.trivial
     next_call, yes = policy.calls.__next__, policy.count_sampled
-    now, wrapped, preempted = time.perf_counter_ns, target, _system.preemptions
+    now, wrapped, preempted, core_wait = time.perf_counter_ns, target, _system.preemptions, _system.core_wait_ns
 
     @functools.wraps(target)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -427,16 +439,18 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
 
     def contended_call(args: Any, kwargs: Any) -> Any:
         """Other processes hold the cores: the call's own CPU time, as a quiet machine would give
-        its wall time; and when a thread of ours lost its core meanwhile, compared with calls
-        like it, not with the clean ones (module doc)."""
-        before, switches = _clocks(), preempted()
+        its wall time -- and a call past the threshold by its wall time, that wall time less its
+        thread's waits for a core if that is more: what it waited on (I/O, a lock, the device) is
+        its own time (module doc). When a thread of ours lost its core meanwhile, compared with
+        calls like it, not with the clean ones."""
+        before, switches, waited = _clocks(), preempted(), core_wait()
         t0 = now()
         result = wrapped(*args, **kwargs)
         dt = now() - t0
         if busy[0]:
             return result  # the workers started meanwhile: not measurable
-        dt -= _lost_to_workers(dt, before)
-        (overlapped if preempted() != switches else calls.observe)(dt, args, kwargs)
+        own = _own_time_under_load(dt, before, waited, threshold[0])
+        (overlapped if preempted() != switches else calls.observe)(own, args, kwargs)
         return result
 
     sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined]  # for tests and debugging

@@ -45,6 +45,8 @@ class VariantResult:
     samples: tuple[float, ...]  #: the timed samples, seconds per call, in the order taken
     calls_per_sample: int  #: back-to-back calls each sample timed
     samples_per_round: int  #: samples each turn took, back to back, after one untimed call
+    #: calls of the first rounds, dropped when the samples were sized again (load during the warm-up)
+    discarded_calls: int
     #: times faster than the baseline: (ratio of the medians, low, high) — the range the two
     #: intervals allow; None for the baseline and for what was not timed
     speedup: tuple[float, float, float] | None
@@ -132,6 +134,7 @@ class VariantResult:
             "samples_s": list(self.samples),
             "calls_per_sample": self.calls_per_sample,
             "samples_per_round": self.samples_per_round,
+            "discarded_calls": self.discarded_calls,
             "speedup": dict(zip(("point", "low", "high"), self.speedup)) if self.speedup is not None else None,
             "error": self.error,
             "mismatch": self.mismatch,
