@@ -250,12 +250,13 @@ def _clocks() -> tuple[int, int]:
     return time.thread_time_ns(), _worker.gc_ns_here()
 
 
-def _own_time_under_load(dt: int, before: tuple[int, int], waited: int, threshold: float) -> int:
+def _own_time_under_load(dt: int, before: tuple[int, int], waited: int | None, threshold: float) -> int:
     """A call's own time while other processes hold the cores: its CPU time; past ``threshold`` by
     its wall time ``dt``, that wall time less its thread's waits for a core since ``waited``, if
-    more -- what it waited on (I/O, a lock, the device) is its own time."""
+    more -- what it waited on (I/O, a lock, the device) is its own time. ``waited`` None: a
+    thread of ours lost its core meanwhile, and the call may have waited on it: CPU time alone."""
     own = dt - _lost_to_workers(dt, before)
-    if dt > threshold:
+    if waited is not None and dt > threshold:
         own = max(own, dt - (_system.core_wait_ns() - waited))
     return own
 
@@ -441,16 +442,18 @@ def _sync_wrapper(calls: TimedCalls, func: Any, target: Any, name: str, policy: 
         """Other processes hold the cores: the call's own CPU time, as a quiet machine would give
         its wall time -- and a call past the threshold by its wall time, that wall time less its
         thread's waits for a core if that is more: what it waited on (I/O, a lock, the device) is
-        its own time (module doc). When a thread of ours lost its core meanwhile, compared with
-        calls like it, not with the clean ones."""
+        its own time (module doc). When a thread of ours lost its core meanwhile, its CPU time
+        alone (its wait may have been for that thread: the GIL, a barrier -- 4-12 ms firings of
+        12 us calls beside two burners), compared with calls like it, not with the clean ones."""
         before, switches, waited = _clocks(), preempted(), core_wait()
         t0 = now()
         result = wrapped(*args, **kwargs)
         dt = now() - t0
         if busy[0]:
             return result  # the workers started meanwhile: not measurable
-        own = _own_time_under_load(dt, before, waited, threshold[0])
-        (overlapped if preempted() != switches else calls.observe)(own, args, kwargs)
+        lost_core = preempted() != switches  # a thread of ours lost its core: the call may have waited on it
+        own = _own_time_under_load(dt, before, None if lost_core else waited, threshold[0])
+        (overlapped if lost_core else calls.observe)(own, args, kwargs)
         return result
 
     sync_wrapper._self_neuronscope_trigger = state  # type: ignore[attr-defined]  # for tests and debugging

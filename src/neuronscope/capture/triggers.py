@@ -36,9 +36,10 @@ Other processes holding the cores (a loaded machine, read from the calling threa
 wait over at least 20 ms; the calls timed by wall before the first reading said so are dropped)
 are the same problem from outside: a
 call is then timed by its own CPU time -- and one past the threshold by its wall time, by that
-wall time less its thread's waits for a core if that is more: a call that waits on I/O, a lock or
-the device is slow by that wait (timed by its CPU time alone, a 30 ms sleep behind an SLO of
-15 ms never fired beside two CPU burners) -- and compared with the calls that overlapped the workers
+wall time less its thread's waits for a core if that is more, unless a thread of the process lost
+its core meanwhile (the call may have waited on it): a call that waits on I/O, a lock or the
+device is slow by that wait (timed by its CPU time alone, a 30 ms sleep behind an SLO of 15 ms
+never fired beside two CPU burners) -- and compared with the calls that overlapped the workers
 when a thread of the process lost its core meanwhile (``getrusage``'s involuntary switches) --
 an intra-op thread preempted in a parallel region leaves the calling thread spinning at the
 barrier, on its own CPU time (12 us calls beside two CPU burners: p99 of their CPU time 8 ms; of
