@@ -93,7 +93,7 @@ class _Variant:
     #: the fastest settled warm-up call: what a sample's calls and a turn's samples are sized by
     #: (load only adds time: beside two busy processes two identical variants, sized by the median
     #: of their last three warm-up calls, got samples of 1 call and of 12, which load then hit
-    #: unequally: "6.01x slower")
+    #: unequally: "6.01x slower"); lowered to a timed sample's per-call time by _sized_again
     fastest_s: float = 0.0
     inner: int = 1  #: calls a sample times
     per_turn: int = 1  #: samples a turn takes, back to back
@@ -396,7 +396,7 @@ def _sized_again(live: list[_Variant], rounds: int) -> bool:
     and a warm-up wholly under a burst of it (three calls of 13 ms or more for a 170 us one, on
     CI beside the other test process) sized its samples at 1 call where its twin's were 12,
     which load then hit unequally ("1.57x slower" for identical functions). True if any was."""
-    faster = {v.name: min(v.samples) for v in live if v.samples and min(v.samples) < v.fastest_s / RESIZE_RATIO}
+    faster = {v.name: s for v in live if v.samples and (s := min(v.samples)) < v.fastest_s / RESIZE_RATIO}
     if not faster:
         return False
     for v in live:

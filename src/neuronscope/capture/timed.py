@@ -7,7 +7,8 @@ The synchronous wrapper is a plain closure over locals (~0.08 us a call by itsel
 bench/bench_trigger_overhead.py); a call that overlaps neuronscope's workers, or runs while other
 processes hold the cores, is timed by its own thread's CPU time (capture/triggers.py's module doc)
 -- under the other processes' load, one past the threshold by its wall time by that wall time
-less its thread's waits for a core, if that is more.
+less its thread's waits for a core, if that is more (unless a thread of ours lost its core
+meanwhile: the call may have waited on it).
 
 An ``async def`` call is timed by its wall time -- awaited I/O included. While other processes
 hold the cores (read on the event loop's thread) it is timed as a quiet machine would time it
