@@ -160,18 +160,6 @@ def test_json_round_trip_and_folding_windows_add_the_work():
     assert mm.roofline.pct_of_roof == pytest.approx(s["aten::mm"].roofline.pct_of_roof)
 
 
-@pytest.fixture
-def one_intra_op_thread():
-    """One intra-op thread: beside two busy processes, with two, every parallel op waits at its
-    barrier for the second thread's time slice -- 8 ms a call for mul and pow alike (0.6 and 3.6 ms
-    quiet), so which op reaches the higher share of its roof became a coin toss; with one, pow
-    stays 10-19x mul's time there (measured)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_below_roof_shows_the_gap_to_the_roof_and_claims_only_what_a_peer_reaches(one_intra_op_thread):
     # roofs far above this CPU: every op is far below them. The gap to the roof is shown
     # (us_to_limit = time - time at roof), but alone it claims nothing: no op of the run does better

@@ -60,17 +60,6 @@ def _train(**options) -> ns.Run:
     return run
 
 
-@pytest.fixture
-def one_intra_op_thread():
-    """Beside two busy processes, with two intra-op threads, every AddmmBackward0 of this MLP
-    took ~40 ms in 4 of 14 runs (the loop 2-6 s, not 20 ms; 0 of 16 with one thread): the
-    premise's optimizer step was then 0.1 % of the run. That is the machine's, not the advice's."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.usefixtures("one_intra_op_thread")
 def test_a_foreach_or_fused_optimizer_is_not_told_to_use_foreach():
     single = _train(foreach=False)

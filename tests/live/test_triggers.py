@@ -294,3 +294,25 @@ def test_a_call_slow_by_what_it_waits_on_fires_on_a_loaded_machine(_isolated_run
         if fired:
             break
     assert fired == 1, ns.stats()
+
+
+def test_the_tail_threshold_is_read_again_as_the_calls_it_holds_grow(monkeypatch):
+    """A p99 read from the first 200 calls is their second-slowest: anywhere from a p97.5 to a
+    p99.8 of what follows. Read again only after 1,024 calls, a tail that is 3 % of the calls
+    fired on every one of them until then; re-read at every eighth more calls, it is the p99
+    within a few hundred calls. (Times fed to the histogram directly: no clock involved.)"""
+    fn = ns.profile_neuron(name="drift", trigger=ns.SlowCalls())(lambda: None)
+    calls = fn._self_neuronscope_calls
+    fired: list[int] = []
+    monkeypatch.setattr(calls.state, "slow", lambda dt, *args: fired.append(dt))
+    monkeypatch.setattr(calls, "_check_contention", lambda: None)  # a quiet machine, whatever this one is
+    while calls.state.threshold[0] == float("inf"):  # min_calls (200), and the next re-read
+        calls.observe(10_000, (), {})
+    assert calls.state.threshold[0] < 15_000  # the first ~200 calls: all 10 us
+    slower = 0
+    for i in range(800):
+        slower += i % 33 == 0
+        calls.observe(15_000 if i % 33 == 0 else 10_000, (), {})
+    assert calls.state.threshold[0] >= 15_000  # the p99 of the calls so far
+    # 15 us calls are 1 % of all once there are ~7 of them (at ~400 calls): the ones before fire
+    assert len(fired) <= 10 < slower, (len(fired), slower)

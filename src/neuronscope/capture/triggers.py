@@ -9,8 +9,10 @@ now and then. The comparison is the wall-time explanation ``neuronscope diff`` p
 Cost on the calling thread (bench/bench_trigger_overhead.py): every call is timed with two
 ``perf_counter_ns`` and counted into a fixed log-scale histogram (8 buckets per octave, ~9 %
 wide; counts halved every few thousand calls so it follows drift); the quantile is re-read
-from the histogram every 1024 calls (16 until ``min_calls`` were seen: the threshold then exists
-within 16 calls of them), off the per-call path. The per-call check is one
+from the histogram every 16 calls until ``min_calls`` were seen (the threshold then exists
+within 16 calls of them), then each time the calls timed grew by an eighth, up to every 1024
+calls (a p99 of 200 calls is their second-slowest: held for 1,024 calls, it fires on anywhere
+from 0.2 to 2.5 % of them), off the per-call path. The per-call check is one
 comparison with the cached threshold and one flag. Once ``max_per_hour`` is used up the
 threshold is lifted until a firing is an hour old, so slow calls then cost nothing either.
 
@@ -47,6 +49,14 @@ the calls not preempted, 10 us); such a call that also overlapped the workers is
 dropping them all: a call longer than a time slice is nearly always preempted on a loaded
 machine, and the slow calls would then never fire.) An ``async def`` call is timed so step by
 step, its awaits by their wall time less the loop thread's waits for a core (capture/timed.py).
+
+Not told apart (a known limit): an intra-op thread that was woken for a parallel region and
+waits for a core is not preempted, so a call whose thread spins at the barrier for it looks like
+a call that ran that long -- beside two CPU burners on two cores, a 12 us call spun 7.5 ms while
+its pool thread waited 8 ms. Its pool thread's waits cannot tell it from a slow call that the pool
+shares (40 products of 320x256 matrices: the pool waited ~8 ms of its 8.4 ms too), so such calls
+fire as slow ones do: more intra-op threads than free cores is the machine's state to fix
+(``torch.set_num_threads``), and a profile of such a call shows the spin.
 
 Until a histogram holds ``min_calls`` calls of its own, its threshold is read from both: in a
 tight loop most calls overlap the workers, and a threshold that waited for its own calls would
@@ -196,7 +206,7 @@ class TriggerState:
 
     # -- the sketch ---------------------------------------------------------------------------
     def refresh(self) -> None:
-        """Re-read median and thresholds from the histograms (every 16 timed calls, then 1024)."""
+        """Re-read median and thresholds from the histograms (module doc: how often)."""
         try:
             self._refresh()
         finally:
