@@ -107,6 +107,39 @@ def test_an_action_a_step_takes_lets_the_next_one_signal_again(monkeypatch):
     assert signals == [1, 1], "the later action was never signalled"
 
 
+def test_a_session_of_every_thread_starts_only_at_a_safe_point():
+    """A compiled region's ``_RecordFunctionFast`` makes its RecordFunction only if a profile runs
+    as it enters, and fails as it exits if one runs then: a session of every thread (global in
+    torch) that the watchdog started while the capture's thread was inside one failed the user's
+    call (the compiled-loop reliability test, beside two busy processes). The start waits, as a
+    stop does, for the thread to leave torch's code."""
+    import torch
+
+    with pytest.raises(RuntimeError, match="no guard is set"):  # torch's premise, as it is
+        with torch._C._profiler._RecordFunctionFast("graph"):
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.start()
+    prof.stop()
+
+    inside, leave = threading.Event(), threading.Event()
+    compiled: dict = {"__name__": "torch._inductor.output_code", "inside": inside, "leave": leave}
+    exec("def graph_call():\n    inside.set()\n    leave.wait(60)\n", compiled)
+    thread = threading.Thread(target=compiled["graph_call"])
+    thread.start()
+    inside.wait(60)
+    acted: list[str] = []
+    rec = SimpleNamespace(thread=thread.ident, deferred=None, pending=None, signalled=False)
+    capture = SimpleNamespace(recording=rec, all_threads=True, limit_action=acted.append)
+    try:
+        watchdog._dispatch(capture, "resume")  # the watchdog: the pause between windows is over
+        assert acted == [] and rec.deferred == "resume"  # not inside the compiled region
+    finally:
+        leave.set()
+        thread.join()
+    watchdog._dispatch(capture, rec.deferred)  # the next poll: the thread left it
+    assert acted == ["resume"]
+
+
 def test_step_times_stay_bounded_with_an_exact_count_and_slowest_step():
     steps = budget.StepTimes()
     n = 3 * budget.StepTimes.CAP + 17

@@ -7,7 +7,9 @@ thread with a signal of its own (capture/signals.py) for a main-thread session, 
 leaves the action to the capture's thread at its next ``ns.step()`` (:func:`on_step`).
 
 A window ends only at a safe point: never while torch code holds a ``record_function`` open
-(a compiled region, an optimizer step, a DataLoader fetch: :func:`safe_to_stop`, :func:`when_safe`).
+(a compiled region, an optimizer step, a DataLoader fetch: :func:`safe_to_stop`, :func:`when_safe`);
+a session of every thread starts outside compiled code (a compiled region entered before the
+start fails as it exits).
 What is watched has ``recording`` (capture/budget.py's :class:`~.budget.Recording`),
 ``all_threads``, ``name`` and ``limit_action(action)``.
 """
@@ -87,7 +89,11 @@ def _dispatch(capture: Any, action: str) -> None:
     main = rec.thread == threading.main_thread().ident
     all_threads = capture.all_threads or session.recording_all_threads()
     if all_threads and (action == "resume" or not main or signals.WAKE is None):
-        if action != "resume" and not _thread_at_safe_point(rec.thread):
+        # a start too: a session recording every thread is global in torch, and a compiled
+        # region's record_function entered before it starts fails as it exits ("Trying to exit
+        # an active record_function_fast context but no guard is set": a compiled loop in 0.3 s
+        # windows beside two busy processes, measured)
+        if not _thread_at_safe_point(rec.thread, starting=action == "resume"):
             rec.deferred = action  # the thread holds a torch record_function open: the next poll tries again
             return
         capture.limit_action(action)
@@ -139,6 +145,12 @@ _OPEN_RECORD_FUNCTION = (
     "torch.utils.data",
     "torch.autograd",
 )
+
+
+#: torch's compiled code, whose ``_RecordFunctionFast`` makes its RecordFunction only if a profile
+#: runs as it enters and fails as it exits if one runs then ("Trying to exit an active
+#: record_function_fast context but no guard is set")
+_FAST_RECORD_FUNCTION = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.fx")
 
 
 def _safe_to_act(frame: Any) -> bool:
@@ -207,11 +219,21 @@ def _no_new_frames(frame: Any, event: str, arg: Any) -> None:
     return None
 
 
-def _thread_at_safe_point(thread: int) -> bool:
-    """For a stop from another thread (a session recording every thread): whether ``thread`` is
-    at a safe point now (a snapshot: the window is then acted on at once, else at a later poll)."""
+def _thread_at_safe_point(thread: int, starting: bool = False) -> bool:
+    """For a stop (``starting``: a start) from another thread (a session recording every thread):
+    whether ``thread`` is at a safe point now (a snapshot: the window is then acted on at once,
+    else at a later poll). A start is unsafe inside compiled code only (_FAST_RECORD_FUNCTION):
+    torch's other record_functions exit fine when a profile started meanwhile."""
     frame = sys._current_frames().get(thread)
-    return frame is None or safe_to_stop(frame)
+    if frame is None:
+        return True
+    if not starting:
+        return safe_to_stop(frame)
+    while frame is not None:
+        if (frame.f_globals.get("__name__", "") or "").startswith(_FAST_RECORD_FUNCTION):
+            return False
+        frame = frame.f_back
+    return True
 
 
 def _on_wake(frame: Any) -> None:
