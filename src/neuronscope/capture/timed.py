@@ -107,14 +107,14 @@ class TimedCalls:
         self.settling[0] = max(self.settling[0], AFTER_WORKERS_CALLS)
 
     def refresh(self) -> None:
-        # every 16 calls (or fewer, for a small min_calls) until the threshold is known, then
-        # every 1024: re-reading the histogram is ~10 us, kept off nearly every call
+        # every 16 calls (or fewer, for a small min_calls) until the threshold is known, then as
+        # the calls timed grow by an eighth, up to every 1024: re-reading the histogram is ~10 us,
+        # kept off nearly every call. Not at once every 1024: a p99 read from the first 200 calls
+        # is their second-slowest, anywhere from a p97.5 to a p99.8 of what follows (the share
+        # of later calls over it is Beta(2, 199): 1 +- 0.7 %)
         state = self.state
         state.refresh()
         if state.total >= self.trig.min_calls:
-            # then every eighth of the calls timed so far, up to every 1024: a p99 read from the
-            # first 200 calls is their second-slowest, which lies anywhere from a p97.5 to a p99.8
-            # (the share of later calls over it is Beta(2, 199): 1 +- 0.7 %); held for 1,024 calls
             seen = (state.total + state.busy_total) >> 3
             self.mask = min(REFRESH_MASK_SETTLED, max(REFRESH_MASK, (1 << (seen.bit_length() - 1)) - 1 if seen else 0))
         self._check_contention()

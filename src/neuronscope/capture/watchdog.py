@@ -174,11 +174,16 @@ def _safe_to_act(frame: Any) -> bool:
 def safe_to_stop(frame: Any) -> bool:
     """Whether the profiler may stop while a thread runs at ``frame``: no frame of torch code that
     holds a ``record_function`` open (a compiled region, an optimizer step, a DataLoader fetch)."""
+    return not _inside(frame, _OPEN_RECORD_FUNCTION)
+
+
+def _inside(frame: Any, modules: tuple[str, ...]) -> bool:
+    """Whether ``frame`` or a frame below which it runs is code of one of ``modules``."""
     while frame is not None:
-        if (frame.f_globals.get("__name__", "") or "").startswith(_OPEN_RECORD_FUNCTION):
-            return False
+        if (frame.f_globals.get("__name__", "") or "").startswith(modules):
+            return True
         frame = frame.f_back
-    return True
+    return False
 
 
 def when_safe(frame: Any, act: Callable[[str], None], action: str) -> bool:
@@ -225,15 +230,7 @@ def _thread_at_safe_point(thread: int, starting: bool = False) -> bool:
     else at a later poll). A start is unsafe inside compiled code only (_FAST_RECORD_FUNCTION):
     torch's other record_functions exit fine when a profile started meanwhile."""
     frame = sys._current_frames().get(thread)
-    if frame is None:
-        return True
-    if not starting:
-        return safe_to_stop(frame)
-    while frame is not None:
-        if (frame.f_globals.get("__name__", "") or "").startswith(_FAST_RECORD_FUNCTION):
-            return False
-        frame = frame.f_back
-    return True
+    return frame is None or not _inside(frame, _FAST_RECORD_FUNCTION if starting else _OPEN_RECORD_FUNCTION)
 
 
 def _on_wake(frame: Any) -> None:
