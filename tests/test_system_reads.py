@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _thread
 import importlib.util
+import mmap
 import os
 import sys
 import threading
@@ -72,9 +73,15 @@ def test_the_rss_a_forked_child_reads_is_its_own():
     if pid == 0:  # the child: grow by 200 MB (written, so resident) and report what it read
         try:
             before = _system.process_rss() or 0
-            block = b"\x01" * (200 << 20)
+            # pages of a new mapping: malloc may serve 200 MB from a freed region of the heap that
+            # the parent had written (resident, shared with the child), and the RSS would not grow
+            size = 200 << 20
+            block = mmap.mmap(-1, size)
+            chunk = b"\x01" * (1 << 20)
+            for offset in range(0, size, len(chunk)):
+                block[offset : offset + len(chunk)] = chunk
             grown = (_system.process_rss() or 0) - before
-            os.write(write_end, f"{grown} {len(block)}".encode())
+            os.write(write_end, f"{grown} {size}".encode())
         finally:
             os._exit(0)
     os.close(write_end)
