@@ -262,6 +262,7 @@ def test_registered_parsers_accept_what_the_docs_promise(monkeypatch):
         "NEURONSCOPE_MAX_RUNS": ("0", 0),
         "NEURONSCOPE_MAX_BYTES": ("1048576", 1048576),
         "NEURONSCOPE_MAX_PENDING_BYTES": ("0", 0),
+        "NEURONSCOPE_WORKER_NICE": ("19", 19),
         "NEURONSCOPE_PROMETHEUS_PORT": ("9464", 9464),
         "NEURONSCOPE_EXIT_FLUSH_TIMEOUT": ("2.5", 2.5),
         "NEURONSCOPE_DISABLED": ("yes", True),

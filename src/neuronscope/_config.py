@@ -30,6 +30,9 @@ class Settings:
     #: retention of run directories in the output dir (oldest removed first; None = no limit)
     max_runs: int | None = None  # None: $NEURONSCOPE_MAX_RUNS or DEFAULT_MAX_RUNS
     max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
+    #: how far below the program's the priority (nice) of the analysis and output threads is,
+    #: read when they start (None: $NEURONSCOPE_WORKER_NICE or 5; 0: the program's priority)
+    worker_nice: int | None = None
     #: keep Kineto's "USDT: ... profiler_start/stop" stderr lines (None: $NEURONSCOPE_KEEP_USDT)
     keep_usdt_lines: bool | None = None
     #: the per-process control channel that `neuronscope arm PID` talks to (None: on unless NEURONSCOPE_CONTROL=0)
@@ -54,6 +57,11 @@ class Settings:
         if self.max_pending_bytes is not None:
             return self.max_pending_bytes
         return _env.MAX_PENDING_BYTES.get(lenient=True)  # read per call: a typo must not stop profiling
+
+    def resolved_worker_nice(self) -> int:
+        if self.worker_nice is not None:
+            return self.worker_nice
+        return _env.WORKER_NICE.get(lenient=True)  # read on the worker: a typo must not stop its work
 
     def retention(self) -> tuple[int | None, int | None]:
         """(max runs, max bytes) of the output dir, None = no limit. Read per run, on the

@@ -290,9 +290,10 @@ def _int_var(
     what: str,
     *,
     lo: int = 0,
+    hi: int | None = None,
     note: str = "0 = no limit",
 ) -> EnvVar[int]:
-    return _var(EnvVar(name, default, _int_parser(lo, None), _int_form(lo, None, note), shown, what))
+    return _var(EnvVar(name, default, _int_parser(lo, hi), _int_form(lo, hi, note), shown, what))
 
 
 def _bool_var(name: str, default: bool, what: str, scope: str = "library") -> EnvVar[bool]:
@@ -343,6 +344,15 @@ MAX_PENDING_BYTES = _int_var(
     "256 MiB",
     "backpressure: memory the profiles waiting to be written may hold before new samples are skipped "
     "(`configure(max_pending_bytes=)` wins)",
+)
+WORKER_NICE = _int_var(
+    "NEURONSCOPE_WORKER_NICE",
+    5,
+    "5",
+    "how far below the program's the priority (nice) of neuronscope's analysis and output threads is: "
+    "when both want a core, the program gets it (`configure(worker_nice=)` wins)",
+    hi=19,
+    note="0 = the program's priority",
 )
 KEEP_USDT = _bool_var(
     "NEURONSCOPE_KEEP_USDT",

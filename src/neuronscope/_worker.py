@@ -119,6 +119,11 @@ class Worker:
         return True
 
     def _loop(self) -> None:
+        from . import _config, _system
+
+        # the program first: analysis that takes a core from torch's intra-op threads makes each
+        # op wait at its barrier (docs/long-runs.md, "What windows cost")
+        _system.lower_thread_priority(_config.current().resolved_worker_nice())
         try:
             import torch
 

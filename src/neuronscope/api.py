@@ -60,6 +60,7 @@ def configure(
     max_runs: int | None = _UNSET,
     max_bytes: int | None = _UNSET,
     max_pending_bytes: int | None = _UNSET,
+    worker_nice: int | None = _UNSET,
     prometheus_port: int | None = _UNSET,
     metrics_top_ops: int = _UNSET,
     keep_usdt_lines: bool | None = _UNSET,
@@ -97,6 +98,13 @@ def configure(
     (``ns.stats()["backpressure_waits"]``); a profile that started is always processed.
     0 means no limit.
 
+    Background priority: neuronscope analyses and writes profiles on two threads of its own, at
+    a lower priority than the program: ``worker_nice`` (default 5, ``$NEURONSCOPE_WORKER_NICE``)
+    is how far their nice value sits above the thread that started them, so that when the
+    program and the analysis both want a core, the program gets it (Linux; read when the threads
+    start; 0 keeps the program's priority). A long run in windows then records fewer windows
+    and slows the program less (docs/long-runs.md, "What windows cost").
+
     Log noise: torch's profiler (Kineto) writes ``USDT: ... profiler_start`` / ``profiler_stop``
     to stderr at every start and stop; neuronscope drops exactly those lines around its own
     starts and stops. ``keep_usdt_lines=True`` (or ``$NEURONSCOPE_KEEP_USDT=1`` when None, the
@@ -132,6 +140,11 @@ _CONFIG_ARGS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("max_runs", _bad_limit, "use an int >= 0 (0 = no limit) or None"),
     ("max_bytes", _bad_limit, "use an int >= 0 (0 = no limit) or None"),
     ("max_pending_bytes", _bad_limit, "use an int >= 0 (0 = no limit) or None"),
+    (
+        "worker_nice",
+        lambda v: v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 19),
+        "use an int 0-19 (0 = the program's priority) or None",
+    ),
     ("keep_usdt_lines", lambda v: v is not None and not isinstance(v, bool), "use True, False or None"),
 )
 #: configure()'s arguments that are OpenTelemetry settings: (argument, configure_otel's name)

@@ -102,7 +102,7 @@ class Coverage:
     lost: int = 0  #: windows that add nothing to the fold (windows.json says why)
     recorded_steps: int = 0  #: steps inside the recorded windows (``steps`` counts every step timed)
     #: what neuronscope added to the run's wall time (capture/budget.py ``Overhead``), and how it was
-    #: measured: "steps" (touched steps against untouched ones) or "stops and analysis" (a floor)
+    #: measured: "steps" (touched steps against untouched ones) or "stops and analysis" (an estimate: stops plus the analysis's CPU time)
     overhead_ns: int = 0
     overhead_basis: str = ""
 

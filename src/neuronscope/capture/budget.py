@@ -119,8 +119,9 @@ class Overhead:
     With steps: the steps it touched (recorded, or run while a window was analysed) against the
     median of recent untouched ones -- the slowdown as the program felt it, recording, stopping
     and analysis's competition for the GIL and the cores included. Without steps (or before any
-    untouched one): the time torch's stops took plus the windows' analysis (a floor: the cost of
-    recording itself is not in it)."""
+    untouched one): the time torch's stops took plus the CPU time of the windows' analysis (an
+    estimate: the cost of recording itself is not in it, and analysis on a core the program
+    left idle cost it nothing)."""
 
     QUIET_NEEDED = 5  #: untouched steps before the step-based figure is used
 
