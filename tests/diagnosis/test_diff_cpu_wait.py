@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import neuronscope as ns
+from neuronscope import _system
 from neuronscope.analysis.explain import explain_diff
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins threads to a core (Linux)")
@@ -46,12 +47,20 @@ def test_a_run_that_waited_for_a_core_says_so_rather_than_growing_an_op(one_core
     with ns.profile_neuron(name="alone") as quiet:
         _work(x)
     burner = subprocess.Popen(
-        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{one_core}}})\nwhile True: pass"]
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{one_core}}}); print('on', flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
+        # the burner spins on the core before the profile starts (its interpreter took longer to
+        # start than the profile lasted: the thread once never waited, 4 ms of work alone)
+        assert burner.stdout is not None and burner.stdout.readline().strip() == "on"
+        waited_before = _system.core_wait_ns()
         with ns.profile_neuron(name="shared") as shared:
-            _work(x)
-            _work(x)  # long enough to be preempted several times (time slices of ~4 ms)
+            for _ in range(50):  # until preempted several times (time slices of ~4 ms)
+                _work(x)
+                if _system.core_wait_ns() - waited_before > 10_000_000:
+                    break
     finally:
         burner.kill()
         burner.wait()

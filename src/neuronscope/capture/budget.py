@@ -84,7 +84,8 @@ class Windows:
     windows (by mean step time; without steps, by busy time). ``overhead``: the share of the run's
     wall time neuronscope may add (recording, stopping, analysing: :class:`Overhead`); the next
     window waits until the run is within it. None: each window starts as soon as the previous one
-    is analysed (the most coverage, at ~2x on a small training loop: docs/long-runs.md).
+    is analysed, the analysis running below the program's priority (~half the steps at ~1.6x
+    on a small training loop: docs/long-runs.md).
     """
 
     steps: int | None = None
