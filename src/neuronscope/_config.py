@@ -30,8 +30,8 @@ class Settings:
     #: retention of run directories in the output dir (oldest removed first; None = no limit)
     max_runs: int | None = None  # None: $NEURONSCOPE_MAX_RUNS or DEFAULT_MAX_RUNS
     max_bytes: int | None = None  # None: $NEURONSCOPE_MAX_BYTES or DEFAULT_MAX_BYTES
-    #: how far below the program's the priority (nice) of the analysis and output threads is,
-    #: read when they start (None: $NEURONSCOPE_WORKER_NICE or 5; 0: the program's priority)
+    #: how far below the program's the priority (nice) of the thread that analyses windows is,
+    #: read when it starts (None: $NEURONSCOPE_WORKER_NICE or 5; 0: the program's priority)
     worker_nice: int | None = None
     #: keep Kineto's "USDT: ... profiler_start/stop" stderr lines (None: $NEURONSCOPE_KEEP_USDT)
     keep_usdt_lines: bool | None = None

@@ -349,7 +349,7 @@ WORKER_NICE = _int_var(
     "NEURONSCOPE_WORKER_NICE",
     5,
     "5",
-    "how far below the program's the priority (nice) of neuronscope's analysis and output threads is: "
+    "how far below the program's the priority (nice) of the thread that analyses a profile's windows is: "
     "when both want a core, the program gets it (`configure(worker_nice=)` wins)",
     hi=19,
     note="0 = the program's priority",

@@ -1,11 +1,15 @@
-"""Background work, off the caller's thread: two workers and a memory budget.
+"""Background work, off the caller's thread: three workers and a memory budget.
 
 * the **analysis** worker turns a stopped capture into its trace model, summary and
   diagnosis — what ``run.summary`` / ``run.diagnosis`` wait for — and then hands the run on;
+* the **windows** worker does the same for each window of a profile in windows, and folds
+  them, below the program's priority (nice +5, ``configure(worker_nice=)``): it works while
+  the program runs on, and when both want a core the program gets it;
 * the **output** worker writes the run directory and runs the sinks (OpenTelemetry) — what
   ``run.path`` and ``ns.flush()`` wait for.
 
-Two threads, so a big trace file being gzipped never delays the next run's summary.
+Separate threads, so a big trace file being gzipped never delays the next run's summary, and a
+long run's windows never delay a profiled call's.
 
 Queues are unbounded in count: a sampled call that was decided is always processed. What
 bounds the backlog is memory: :class:`Backlog` adds up the bytes pending captures hold
@@ -14,7 +18,7 @@ bounds the backlog is memory: :class:`Backlog` adds up the bytes pending capture
 recorded and thrown away, and a profile asked for without sampling options waits for the
 workers to catch up (true back-pressure: nothing the user asked for is lost).
 
-Both threads disable torch's RecordFunction for themselves, so the maths of our analysis
+The threads disable torch's RecordFunction for themselves, so the maths of our analysis
 never shows up inside a profile that is running at the same time on another thread.
 """
 
@@ -37,6 +41,7 @@ __all__ = [
     "flush_all",
     "get_worker",
     "output_worker",
+    "windows_worker",
     "gc_ns_here",
     "track_gc",
     "when_idle",
@@ -79,10 +84,12 @@ def _went_idle() -> None:
 
 
 class Worker:
-    """One daemon thread running submitted tasks in order."""
+    """One daemon thread running submitted tasks in order; ``below_program``: at the priority
+    ``configure(worker_nice=)`` sets below the thread that starts it."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, below_program: bool = False) -> None:
         self.name = name
+        self.below_program = below_program
         self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -90,13 +97,21 @@ class Worker:
         self._idle = threading.Condition(self._lock)
 
     def submit(self, task: _Task) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            # all of them, from this thread: a thread starts at its creator's priority, and the
+            # first to submit to the output worker could be the windows worker, below the program
+            for worker in {self, _analysis, _windows, _output}:
+                worker._ensure_thread()
+        with self._lock:
+            self._pending += 1
+            busy[0] += 1
+        self._queue.put(task)
+
+    def _ensure_thread(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name=f"neuronscope-{self.name}", daemon=True)
                 self._thread.start()
-            self._pending += 1
-            busy[0] += 1
-        self._queue.put(task)
 
     @property
     def pending(self) -> int:
@@ -119,11 +134,12 @@ class Worker:
         return True
 
     def _loop(self) -> None:
-        from . import _config, _system
+        if self.below_program:
+            from . import _config, _system
 
-        # the program first: analysis that takes a core from torch's intra-op threads makes each
-        # op wait at its barrier (docs/long-runs.md, "What windows cost")
-        _system.lower_thread_priority(_config.current().resolved_worker_nice())
+            # the program first: analysis that takes a core from torch's intra-op threads makes
+            # each op wait at its barrier (docs/long-runs.md, "What windows cost")
+            _system.lower_thread_priority(_config.current().resolved_worker_nice())
         try:
             import torch
 
@@ -245,11 +261,11 @@ class Backlog:
         or until they have nothing left to do (what remains is held by profiles still
         recording: waiting longer cannot free it). False when ``timeout`` passed first, or when
         called from a worker (it would wait for itself)."""
-        if _analysis.on_own_thread() or _output.on_own_thread():
+        if any(w.on_own_thread() for w in (_analysis, _windows, _output)):
             return False
         deadline = time.monotonic() + timeout
         with self._drained:
-            while self.over_budget() and (_analysis.pending or _output.pending):
+            while self.over_budget() and (_analysis.pending or _windows.pending or _output.pending):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -259,6 +275,7 @@ class Backlog:
 
 
 _analysis = Worker("analysis")
+_windows = Worker("windows", below_program=True)
 _output = Worker("output")
 backlog = Backlog()
 
@@ -266,6 +283,12 @@ backlog = Backlog()
 def get_worker() -> Worker:
     """The analysis worker (trace model, summary, diagnosis)."""
     return _analysis
+
+
+def windows_worker() -> Worker:
+    """The worker that analyses and folds the windows of profiles in windows (capture/windows.py),
+    below the program's priority."""
+    return _windows
 
 
 def output_worker() -> Worker:
@@ -303,17 +326,22 @@ def gc_ns_here() -> int:
 
 
 def flush_all(timeout: float | None = None) -> bool:
-    """Wait for both workers (analysis hands each run on to output, so in that order)."""
+    """Wait for every worker (analysis and windows hand each run on to output, so output last)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    ok = _analysis.flush(timeout)
-    remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    return _output.flush(remaining) and ok
+
+    def remaining() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+    ok = _windows.flush(remaining())
+    ok = _analysis.flush(remaining()) and ok
+    return _output.flush(remaining()) and ok
 
 
 def _reset_after_fork() -> None:
     # The worker threads do not exist in a forked child; start clean.
-    global _analysis, _output, backlog
+    global _analysis, _windows, _output, backlog
     _analysis, _output, backlog = Worker("analysis"), Worker("output"), Backlog()
+    _windows = Worker("windows", below_program=True)
     busy[0] = 0
 
 

@@ -98,12 +98,13 @@ def configure(
     (``ns.stats()["backpressure_waits"]``); a profile that started is always processed.
     0 means no limit.
 
-    Background priority: neuronscope analyses and writes profiles on two threads of its own, at
-    a lower priority than the program: ``worker_nice`` (default 5, ``$NEURONSCOPE_WORKER_NICE``)
-    is how far their nice value sits above the thread that started them, so that when the
-    program and the analysis both want a core, the program gets it (Linux; read when the threads
-    start; 0 keeps the program's priority). A long run in windows then records fewer windows
-    and slows the program less (docs/long-runs.md, "What windows cost").
+    Background priority: the windows of a profile in windows (``neuronscope run``) are analysed
+    on a thread of their own while the program runs on, at a lower priority than the program:
+    ``worker_nice`` (default 5, ``$NEURONSCOPE_WORKER_NICE``) is how far its nice value sits
+    above the thread that started it, so that when the program and the analysis both want a
+    core, the program gets it (Linux; read when the thread starts; 0 keeps the program's
+    priority). A long run then records fewer windows and slows the program less
+    (docs/long-runs.md, "What windows cost").
 
     Log noise: torch's profiler (Kineto) writes ``USDT: ... profiler_start`` / ``profiler_stop``
     to stderr at every start and stop; neuronscope drops exactly those lines around its own

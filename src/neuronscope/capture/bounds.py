@@ -179,4 +179,4 @@ class Bounds:
         set_last_run(run)
         options = capture.options(None)
         where: Any = capture.run_dir if capture.run_dir is not None else windowed.directory
-        _worker.get_worker().submit(lambda: finish_windows(run, windowed, rec.stopped, where, options))
+        _worker.windows_worker().submit(lambda: finish_windows(run, windowed, rec.stopped, where, options))

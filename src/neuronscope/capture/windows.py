@@ -108,7 +108,7 @@ class WindowedRun:
         with self.recording.lock:
             self.recording.in_flight += 1
         window = _Window(index, reason, start_ns, end_ns, steps, cpu)
-        _worker.get_worker().submit(lambda: self._analyse(window, segments, options))
+        _worker.windows_worker().submit(lambda: self._analyse(window, segments, options))
 
     # -- analysis worker -------------------------------------------------------------------------
     def _analyse(self, w: _Window, segments: list[Any], options: Any) -> None:
