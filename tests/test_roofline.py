@@ -95,6 +95,8 @@ def test_a_measurement_under_load_is_not_cached(tmp_path, monkeypatch):
     assert cl.cpu_limits() is limits  # this process keeps it; a new one measures again
 
 
+@pytest.mark.usefixtures("one_intra_op_thread")  # beside two burners, 3 muls of 64 MiB on two threads took
+# 415 ms, 2.3 % of the roof: each spun at its barrier for the pool thread's time slices (conftest)
 def test_on_this_cpu_a_big_elementwise_op_is_memory_bound_and_a_big_matmul_compute_bound():
     with ns.profile_neuron(record_shapes=True) as run:
         x = torch.randn(4096, 4096)  # 64 MiB: far beyond any cache
