@@ -98,9 +98,10 @@ class Worker:
 
     def submit(self, task: _Task) -> None:
         if self._thread is None or not self._thread.is_alive():
-            # all of them, from this thread: a thread starts at its creator's priority, and the
-            # first to submit to the output worker could be the windows worker, below the program
-            for worker in {self, _analysis, _windows, _output}:
+            # the process's workers all start from this thread: a thread starts at its creator's
+            # priority, and the first to submit to the output worker could be the windows worker
+            workers = _workers()
+            for worker in workers if self in workers else (self,):
                 worker._ensure_thread()
         with self._lock:
             self._pending += 1
@@ -261,11 +262,11 @@ class Backlog:
         or until they have nothing left to do (what remains is held by profiles still
         recording: waiting longer cannot free it). False when ``timeout`` passed first, or when
         called from a worker (it would wait for itself)."""
-        if any(w.on_own_thread() for w in (_analysis, _windows, _output)):
+        if any(w.on_own_thread() for w in _workers()):
             return False
         deadline = time.monotonic() + timeout
         with self._drained:
-            while self.over_budget() and (_analysis.pending or _windows.pending or _output.pending):
+            while self.over_budget() and any(w.pending for w in _workers()):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -274,10 +275,17 @@ class Backlog:
         return True
 
 
-_analysis = Worker("analysis")
-_windows = Worker("windows", below_program=True)
-_output = Worker("output")
+def _new_workers() -> tuple[Worker, Worker, Worker]:
+    """(analysis, windows, output): at import, and again in a forked child."""
+    return Worker("analysis"), Worker("windows", below_program=True), Worker("output")
+
+
+_analysis, _windows, _output = _new_workers()
 backlog = Backlog()
+
+
+def _workers() -> tuple[Worker, Worker, Worker]:
+    return _analysis, _windows, _output
 
 
 def get_worker() -> Worker:
@@ -340,8 +348,7 @@ def flush_all(timeout: float | None = None) -> bool:
 def _reset_after_fork() -> None:
     # The worker threads do not exist in a forked child; start clean.
     global _analysis, _windows, _output, backlog
-    _analysis, _output, backlog = Worker("analysis"), Worker("output"), Backlog()
-    _windows = Worker("windows", below_program=True)
+    (_analysis, _windows, _output), backlog = _new_workers(), Backlog()
     busy[0] = 0
 
 
