@@ -15,6 +15,8 @@ calls (a p99 of 200 calls is their second-slowest: held for 1,024 calls, it fire
 from 0.2 to 2.5 % of them), off the per-call path. The per-call check is one
 comparison with the cached threshold and one flag. Once ``max_per_hour`` is used up the
 threshold is lifted until a firing is an hour old, so slow calls then cost nothing either.
+The quantile's threshold is at least ``MIN_EXCESS_NS`` (20 us) over the median: a tight loop's
+p99 is within a bucket of its median, where a call moves with what ran before it on the core.
 
 Calls that overlap neuronscope's background workers (processing a profile) are timed without
 the workers' footprint: that work competes for the GIL, the cores and the caches, and the
@@ -105,13 +107,20 @@ OVERLAP_MARGIN = 2.0
 #: a calling thread that waited for a core this share of the time since the last refresh is
 #: contended: its calls are timed by their own CPU time until a refresh says otherwise
 CONTENDED_WAIT_SHARE = 0.05
+#: a call fires on the quantile only when it is also this much slower than the median: the p99
+#: of a tight loop of microsecond calls sits within a bucket of their median, where a call's
+#: time moves with what ran before it on the core (a 3 us call, measured: 5-15 % slower after
+#: 300 us of other work, even a Python spin; 0.1 % of calls 13-15 us slower on interrupts), and
+#: a profile, whose recording adds ~1.6 us per op, could not show such an excess anyway
+MIN_EXCESS_NS = 20_000
 
 
 class SlowCalls:
     """Tail-triggered capture for ``@profile_neuron(trigger=ns.SlowCalls(...))``.
 
     Every call is timed. After ``min_calls`` calls, a call slower than the ``quantile`` of
-    recent calls (or than ``slo_ms`` when given) fires the trigger: the next ``capture``
+    recent calls and ``MIN_EXCESS_NS`` (20 us) over their median (or slower than ``slo_ms``
+    when given) fires the trigger: the next ``capture``
     calls are profiled — only calls whose ``key(*args, **kwargs)`` equals the slow call's,
     when ``key`` is given. At most ``max_per_hour`` firings per rolling hour (the rest are
     counted in ``ns.stats()["triggers_suppressed"]``). A normal call is profiled now and then
@@ -162,6 +171,23 @@ def _bucket_upper_ns(index: int) -> int:
     return (9 + sub) << (b - 4)
 
 
+def _quantile_or_floor(cum: list[int], quantile: float, median_ns: int) -> tuple[int, bool]:
+    """The threshold read from a histogram's running counts: the quantile's bucket edge, or
+    ``MIN_EXCESS_NS`` over the median when that is higher (a tight distribution's p99) -- and
+    whether the floor held it."""
+    edge = _bucket_upper_ns(min(bisect.bisect_left(cum, cum[-1] * quantile), _BUCKETS - 1))
+    floor = median_ns + MIN_EXCESS_NS
+    return max(edge, floor), floor > edge
+
+
+def _ms_text(ms: float) -> str:
+    """A duration for a reason line: ``41.2``, ``0.20``, ``0.0046`` (ms; two significant digits
+    under a millisecond, where ``.1f`` said "took 0.0 ms > p99 0.0 ms")."""
+    if ms >= 1 or ms <= 0:
+        return f"{ms:.1f}"
+    return f"{ms:.{min(9, 1 - math.floor(math.log10(ms)))}f}"
+
+
 class _Pending:
     __slots__ = ("baseline", "deadline", "key", "remaining", "trigger")
 
@@ -187,6 +213,8 @@ class TriggerState:
         self.busy_counts = [0] * _BUCKETS
         self.busy_threshold = [math.inf]
         self.busy_total = 0
+        #: whether MIN_EXCESS_NS over the median, not the quantile, set (threshold, busy_threshold)
+        self.floored = [False, False]
         self.median_ns = 0
         #: True while a call must look at the trigger (captures armed, a baseline wanted)
         self.want = [False]
@@ -235,7 +263,7 @@ class TriggerState:
             if self.spec.slo_ms is not None:
                 self.threshold[0] = self.spec.slo_ms * 1e6
             else:
-                self.threshold[0] = _bucket_upper_ns(min(bisect.bisect_left(cum, total * self.spec.quantile), _BUCKETS - 1))
+                self.threshold[0], self.floored[0] = _quantile_or_floor(cum, self.spec.quantile, self.median_ns)
         now = time.monotonic()
         if not self.candidates_left and (self.baseline is None or now - self.baseline_at > BASELINE_REFRESH_S):
             with self.lock:  # a new round of baseline candidates
@@ -256,9 +284,10 @@ class TriggerState:
         elif self.spec.slo_ms is not None:
             self.busy_threshold[0] = self.spec.slo_ms * 1e6
         elif total >= self.spec.min_calls:
-            self.busy_threshold[0] = _bucket_upper_ns(min(bisect.bisect_left(cum, total * self.spec.quantile), _BUCKETS - 1))
+            median = _bucket_upper_ns(bisect.bisect_left(cum, total * 0.5))
+            self.busy_threshold[0], self.floored[1] = _quantile_or_floor(cum, self.spec.quantile, median)
         else:
-            self.busy_threshold[0] = self.threshold[0] * OVERLAP_MARGIN
+            self.busy_threshold[0], self.floored[1] = self.threshold[0] * OVERLAP_MARGIN, False
 
     # -- a slow call fires ----------------------------------------------------------------------
     def slow(self, dt_ns: int, args: Any, kwargs: Any, threshold_ns: float | None = None) -> None:
@@ -290,9 +319,12 @@ class TriggerState:
             n = count_value(self.policy_calls)
             call_ms, thr_ms = dt_ns / 1e6, (self.threshold[0] if threshold_ns is None else threshold_ns) / 1e6
             what = f" (key {key_for_manifest(key)!r})" if spec.key is not None else ""
+            label = spec.threshold_label()
+            if spec.slo_ms is None and self.floored[threshold_ns is not None and threshold_ns != self.threshold[0]]:
+                label = f"median + {_ms_text(MIN_EXCESS_NS / 1e6)} ms ="  # the floor, not the quantile, held it
             trigger = Trigger(
                 kind="slow",
-                reason=f"call {n} took {call_ms:.1f} ms > {spec.threshold_label()} {thr_ms:.1f} ms{what}",
+                reason=f"call {n} took {_ms_text(call_ms)} ms > {label} {_ms_text(thr_ms)} ms{what}",
                 call_ms=round(call_ms, 3),
                 threshold_ms=round(thr_ms, 3),
                 key=key,
