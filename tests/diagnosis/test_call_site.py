@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import neuronscope as ns
+from support.gaps import gaps_slept_through
 from neuronscope.analysis.diagnosis.locations import source_of
 from neuronscope.trace.kinds import EventKind
 
@@ -91,27 +92,10 @@ def test_an_operator_points_at_its_line(run):
 
 
 def test_the_gap_points_at_the_sleeping_line(run):
-    # The gaps the sleeps made, told from the raw trace: those that a sleep called from
-    # decode_step spans for most of their length. Not simply the longest gap: beside two busy
-    # processes and another test process, the thread once lost its core for 99 ms inside
-    # torch.tanh's call before its op began -- a longer gap than the 50 ms sleeps, rightly
-    # attributed to the tanh line.
-    trace = run.trace
-    end = trace.start_ns + trace.duration_ns
-    python = trace.kind == EventKind.PYTHON
-    frames = np.flatnonzero(python & trace.name_mask(lambda n: n.endswith(": decode_step")))
-    sleeps = [
-        (int(trace.start_ns[i]), int(end[i]))
-        for i in np.flatnonzero(python & trace.name_mask(lambda n: n == "<built-in function sleep>")).tolist()
-        if any(trace.thread[f] == trace.thread[i] and trace.start_ns[f] <= trace.start_ns[i] <= end[f] for f in frames)
-    ]
-    assert len(sleeps) == 4  # one per call
-
-    def slept_through(gap) -> bool:
-        a, b = gap.start_ns, gap.start_ns + int(gap.duration_us * 1e3)
-        return any(2 * (min(b, e) - max(a, s)) >= b - a for s, e in sleeps)
-
-    by_sleep = [g for g in run.diagnosis.gaps.top if slept_through(g)]
+    # The gaps the sleeps made, not simply the longest gap: beside two busy processes and another
+    # test process, the thread once lost its core for 99 ms inside torch.tanh's call before its
+    # op began -- longer than the 50 ms sleeps, rightly attributed to the tanh line.
+    by_sleep = gaps_slept_through(run, "decode_step")
     assert by_sleep and max(g.duration_us for g in by_sleep) >= 45_000
     assert all(g.cls == "host_wait" and g.source == f"{HERE}:{_line('sleep-line')} (decode_step)" for g in by_sleep), by_sleep
 

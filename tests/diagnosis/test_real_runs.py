@@ -10,6 +10,7 @@ import torch
 from workloads import rmsnorm_naive
 
 import neuronscope as ns
+from support.gaps import gaps_slept_through
 
 
 def rmsnorm_fused(x, w):
@@ -89,9 +90,11 @@ def test_a_sleep_in_the_loop_is_host_bound_with_the_sleeping_line(xw):
     d = run.diagnosis
     assert d.bound_by == "host"
     assert d.idle_us_by_class["host_wait"] >= 5 * 3000 * 0.9
-    top = d.gaps.top[0]
-    assert top.cls == "host_wait" and top.duration_us >= 2900
-    assert top.source is not None and "test_real_runs.py" in top.source  # where the host was
+    # the gaps the sleeps made (not the longest: a time slice lost between two ops of a loaded
+    # machine can be longer than 3 ms, and is rightly placed in rmsnorm_naive's file)
+    by_sleep = gaps_slept_through(run, "test_a_sleep_in_the_loop_is_host_bound_with_the_sleeping_line")
+    assert by_sleep and all(g.cls == "host_wait" and g.duration_us >= 2900 for g in by_sleep), by_sleep
+    assert all(g.source is not None and "test_real_runs.py" in g.source for g in by_sleep)  # where the host was
 
 
 def _python_work(n: int) -> float:
