@@ -292,8 +292,17 @@ def test_a_call_slow_by_what_it_waits_on_fires_on_a_loaded_machine(_isolated_run
 
     for _ in range(48):  # past 20 ms of calls, a refresh reads the thread as contended
         handler(0.001)
+    # The claim is about calls the workers do not overlap: one that overlaps them is timed by its
+    # CPU time alone, its wait included (the module doc's known limit) -- and beside two burners
+    # the analysis of the baselines profiled above outlasted five 30 ms calls. So the workers are
+    # idle first; the first calls after that are not timed (AFTER_WORKERS_CALLS).
+    from neuronscope import _worker
+    from neuronscope.capture.timed import AFTER_WORKERS_CALLS
+
     fired = 0
-    for _ in range(5):
+    for _ in range(AFTER_WORKERS_CALLS + 5):
+        if _worker.busy[0]:
+            assert ns.flush(60)
         handler(0.03)
         fired = ns.stats()["triggers_fired"]
         if fired:
