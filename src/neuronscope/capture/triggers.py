@@ -171,11 +171,16 @@ def _bucket_upper_ns(index: int) -> int:
     return (9 + sub) << (b - 4)
 
 
+def _edge_ns(cum: list[int], quantile: float) -> int:
+    """The upper edge of the bucket holding ``quantile`` of a histogram's running counts."""
+    return _bucket_upper_ns(min(bisect.bisect_left(cum, cum[-1] * quantile), _BUCKETS - 1))
+
+
 def _quantile_or_floor(cum: list[int], quantile: float, median_ns: int) -> tuple[int, bool]:
     """The threshold read from a histogram's running counts: the quantile's bucket edge, or
     ``MIN_EXCESS_NS`` over the median when that is higher (a tight distribution's p99) -- and
     whether the floor held it."""
-    edge = _bucket_upper_ns(min(bisect.bisect_left(cum, cum[-1] * quantile), _BUCKETS - 1))
+    edge = _edge_ns(cum, quantile)
     floor = median_ns + MIN_EXCESS_NS
     return max(edge, floor), floor > edge
 
@@ -258,7 +263,7 @@ class TriggerState:
             return
         # The median settles long before the tail: the baseline is taken from half of
         # min_calls on, so it exists by the time the trigger can fire.
-        self.median_ns = _bucket_upper_ns(bisect.bisect_left(cum, total * 0.5))
+        self.median_ns = _edge_ns(cum, 0.5)
         if total >= self.spec.min_calls and time.monotonic() >= self.muted_until:
             if self.spec.slo_ms is not None:
                 self.threshold[0] = self.spec.slo_ms * 1e6
@@ -284,8 +289,7 @@ class TriggerState:
         elif self.spec.slo_ms is not None:
             self.busy_threshold[0] = self.spec.slo_ms * 1e6
         elif total >= self.spec.min_calls:
-            median = _bucket_upper_ns(bisect.bisect_left(cum, total * 0.5))
-            self.busy_threshold[0], self.floored[1] = _quantile_or_floor(cum, self.spec.quantile, median)
+            self.busy_threshold[0], self.floored[1] = _quantile_or_floor(cum, self.spec.quantile, _edge_ns(cum, 0.5))
         else:
             self.busy_threshold[0], self.floored[1] = self.threshold[0] * OVERLAP_MARGIN, False
 
